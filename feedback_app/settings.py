@@ -1,0 +1,192 @@
+"""Tandem's one settings module. Every knob comes from the environment; `.env.example` lists them all.
+
+The defaults are the embedded laptop set-up: SQLite and Celery's filesystem broker inside TANDEM_DATA_DIR.
+Importing this module reads the environment and, at most, the generated secret key file: it writes nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from feedback_app.env import env_bool, env_int, env_list, env_path, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = env_path("TANDEM_DATA_DIR", BASE_DIR / "var")
+
+DEBUG = env_bool("DEBUG", True)
+
+# The laptop command generates this file once (`manage.py init_secret_key`) and keeps it, so sessions survive
+# restarts. With DEBUG off the key must be given explicitly: a production deployment never relies on a file that
+# happens to lie around.
+SECRET_KEY_FILE = DATA_DIR / "secret_key"
+SECRET_KEY = env_str("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY is required when DEBUG is off.")
+    if SECRET_KEY_FILE.exists():
+        SECRET_KEY = SECRET_KEY_FILE.read_text().strip()
+    else:
+        # Only until `init_secret_key` has run (tests, a first `manage.py` call): sessions then do not survive.
+        SECRET_KEY = "insecure-development-key-run-manage-py-init-secret-key"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "django_htmx",
+    "template_partials",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "feedback_app",
+    "training",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "feedback_app.urls"
+WSGI_APPLICATION = "feedback_app.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'tandem.sqlite3'}"),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0, minimum=0),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The web server and the worker write to the same file: WAL lets readers go on while one writes, and
+    # IMMEDIATE transactions take the write lock up front instead of failing with "database is locked" midway.
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+    # A file, not the in-memory default, so a Celery worker process in the end-to-end tests sees the test data.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-tandem.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = env_path("STATIC_ROOT", DATA_DIR / "staticfiles")
+MEDIA_URL = "media/"
+MEDIA_ROOT = env_path("MEDIA_ROOT", DATA_DIR / "media")
+# Model weights, tokenizers, checkpoints and exported datasets. On a team set-up this is a volume shared by the
+# web, rollout and training workers.
+ARTIFACT_ROOT = env_path("ARTIFACT_ROOT", DATA_DIR / "artifacts")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if not DEBUG
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+
+# --- Celery -------------------------------------------------------------------------------------------------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_FOLDER = env_path("CELERY_BROKER_FOLDER", DATA_DIR / "broker")
+if urlparse(CELERY_BROKER_URL).scheme == "filesystem":
+    # Kombu's filesystem transport moves messages through one folder; the web process and every worker must share
+    # it, and in must equal out or nothing is ever delivered.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(CELERY_BROKER_FOLDER / "messages"),
+        "data_folder_out": str(CELERY_BROKER_FOLDER / "messages"),
+        "control_folder": str(CELERY_BROKER_FOLDER / "control"),
+        "store_processed": False,
+    }
+# Run state lives on TrainingRun rows, not in a result backend.
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {
+    "training.rollout": {"queue": "rollouts"},
+    "training.continue_intervention": {"queue": "rollouts"},
+    "training.train_*": {"queue": "training"},
+}
+
+# --- Tandem -------------------------------------------------------------------------------------------------------
+TANDEM_DEFAULT_LEASE_MINUTES = env_int("TANDEM_DEFAULT_LEASE_MINUTES", 30, minimum=1)
+# Torch threads per worker process; 0 keeps torch's own default.
+TANDEM_TORCH_THREADS = env_int("TANDEM_TORCH_THREADS", 0, minimum=0)
+
+# --- REST framework -----------------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Tandem API",
+    "DESCRIPTION": "Human feedback and RLHF for agent policies.",
+    "VERSION": "0.1.0",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}

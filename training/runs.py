@@ -1,0 +1,132 @@
+"""The life of a TrainingRun inside a worker: claim it, report progress, honour cancel, record the outcome.
+
+Every kind of background work (rollouts now; training and evaluation later) goes through `execute_run`, so a run
+that is retried after a worker died, or delivered twice, does its work at most once to completion.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Concat
+from django.utils import timezone
+
+from feedback_app.models import RunStatus, TrainingRun
+
+logger = logging.getLogger(__name__)
+
+# Keep the log column bounded: a run that prints a line per step for days must not grow a row without limit.
+MAX_LOG_CHARS = 200_000
+
+
+class RunCancelled(Exception):
+    """Raised inside a pipeline when the run's cancel flag is seen."""
+
+
+class RunRecorder:
+    """What a pipeline gets to report through. Progress writes are throttled; cancel is checked at most every
+    `check_interval` seconds, so calling `progress()` every step costs almost nothing."""
+
+    def __init__(self, run_id: int, *, write_interval: float = 0.5, check_interval: float = 0.5) -> None:
+        self.run_id = run_id
+        self.write_interval = write_interval
+        self.check_interval = check_interval
+        self._last_write = 0.0
+        self._last_check = 0.0
+
+    def progress(self, current: int, total: int, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or current >= total or now - self._last_write >= self.write_interval:
+            TrainingRun.objects.filter(pk=self.run_id).update(
+                progress_current=min(current, total), progress_total=total
+            )
+            self._last_write = now
+        self.raise_if_cancelled()
+
+    def metric(self, step: int, **values: float) -> None:
+        run = TrainingRun.objects.only("metrics").get(pk=self.run_id)
+        TrainingRun.objects.filter(pk=self.run_id).update(metrics=[*run.metrics, {"step": step, **values}])
+
+    def log(self, line: str) -> None:
+        logger.info("run %s: %s", self.run_id, line)
+        stamped = f"{timezone.now():%H:%M:%S} {line}\n"
+        TrainingRun.objects.filter(pk=self.run_id).update(log=Concat(F("log"), Value(stamped)))
+
+    def cancel_requested(self) -> bool:
+        return TrainingRun.objects.filter(pk=self.run_id, cancel_requested=True).exists()
+
+    def raise_if_cancelled(self) -> None:
+        now = time.monotonic()
+        if now - self._last_check < self.check_interval:
+            return
+        self._last_check = now
+        if self.cancel_requested():
+            raise RunCancelled()
+
+
+def execute_run(run_id: int, body: Callable[[TrainingRun, RunRecorder], dict[str, Any]]) -> RunStatus | None:
+    """Claim run `run_id`, run `body(run, recorder)` and store its outcome. Returns the final status, or None when
+    the run had already finished (a duplicate delivery), in which case nothing is done."""
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().get(pk=run_id)
+        if run.is_finished:
+            logger.info("run %s is already %s; nothing to do", run_id, run.status)
+            return None
+        if run.cancel_requested:
+            _finish(run, RunStatus.CANCELLED)
+            return RunStatus.CANCELLED
+        run.status = RunStatus.RUNNING
+        run.started_at = run.started_at or timezone.now()
+        run.attempts += 1
+        run.save(update_fields=["status", "started_at", "attempts"])
+
+    recorder = RunRecorder(run_id)
+    if run.attempts > 1:
+        recorder.log(f"attempt {run.attempts}: taking the run up again")
+    try:
+        summary = body(run, recorder)
+    except RunCancelled:
+        recorder.log("cancelled")
+        _finish(TrainingRun.objects.get(pk=run_id), RunStatus.CANCELLED)
+        return RunStatus.CANCELLED
+    except Exception as exc:  # noqa: BLE001 - any pipeline error fails the run, and the traceback is kept on it.
+        logger.exception("run %s failed", run_id)
+        run = TrainingRun.objects.get(pk=run_id)
+        run.error = "".join(traceback.format_exception(exc))[-MAX_LOG_CHARS:]
+        _finish(run, RunStatus.FAILED, extra_fields=["error"])
+        return RunStatus.FAILED
+    run = TrainingRun.objects.get(pk=run_id)
+    run.summary = summary or {}
+    if run.progress_total:
+        run.progress_current = run.progress_total
+    _finish(run, RunStatus.SUCCEEDED, extra_fields=["summary", "progress_current"])
+    return RunStatus.SUCCEEDED
+
+
+def _finish(run: TrainingRun, status: RunStatus, extra_fields: list[str] | None = None) -> None:
+    run.status = status
+    run.finished_at = timezone.now()
+    if len(run.log) > MAX_LOG_CHARS:
+        run.log = run.log[-MAX_LOG_CHARS:]
+    run.save(update_fields=["status", "finished_at", "log", *(extra_fields or [])])
+
+
+def request_cancel(run: TrainingRun) -> bool:
+    """Ask a run to stop. A queued run is cancelled at once; a running one stops at its next progress report.
+    Returns False if the run had already finished."""
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().get(pk=run.pk)
+        if run.is_finished:
+            return False
+        run.cancel_requested = True
+        if run.status == RunStatus.QUEUED:
+            run.status = RunStatus.CANCELLED
+            run.finished_at = timezone.now()
+        run.save(update_fields=["cancel_requested", "status", "finished_at"])
+    return True
