@@ -121,7 +121,12 @@ def validate_rows(rows: Iterable[tuple[int, Any]]) -> list[dict]:
 def _flatten(errors: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
     if isinstance(errors, dict):
         for key, value in errors.items():
-            name = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else str(key))
+            if isinstance(key, int):  # DRF reports list items as {index: errors}
+                name = f"{prefix}[{key}]"
+            elif key == "non_field_errors":
+                name = prefix
+            else:
+                name = f"{prefix}.{key}" if prefix else str(key)
             yield from _flatten(value, name or "(row)")
     elif isinstance(errors, list) and errors and all(isinstance(item, str) for item in errors):
         for message in errors:

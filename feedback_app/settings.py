@@ -165,6 +165,10 @@ CELERY_TASK_ROUTES = {
 
 # --- Tandem -------------------------------------------------------------------------------------------------------
 TANDEM_DEFAULT_LEASE_MINUTES = env_int("TANDEM_DEFAULT_LEASE_MINUTES", 30, minimum=1)
+# Loaded policies each worker process keeps in memory.
+TANDEM_POLICY_CACHE_SIZE = env_int("TANDEM_POLICY_CACHE_SIZE", 2, minimum=1)
+# Device for local policies in rollout workers: "auto" takes CUDA when there is one.
+TANDEM_POLICY_DEVICE = env_str("TANDEM_POLICY_DEVICE", "auto")
 # Torch threads per worker process; 0 keeps torch's own default.
 TANDEM_TORCH_THREADS = env_int("TANDEM_TORCH_THREADS", 0, minimum=0)
 
@@ -190,3 +194,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+# The laptop command serves static files through WhiteNoise straight from the apps' folders (no collectstatic);
+# production builds them once with collectstatic.
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG

@@ -97,3 +97,96 @@ def make_trajectory(project, task, external_policy):
         return trajectory
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_policy_dir(tmp_path_factory):
+    """An untrained tiny Llama policy directory, built from config in about a second."""
+    from reward_models.envs.gridworld import GridWorld
+    from reward_models.policy.bootstrap import vocabulary_corpus
+    from reward_models.policy.model import build_tiny_llama, save_policy
+    from reward_models.policy.tokenizer import build_word_tokenizer
+
+    tokenizer = build_word_tokenizer(vocabulary_corpus(GridWorld()))
+    model = build_tiny_llama(tokenizer, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    return save_policy(model, tokenizer, tmp_path_factory.mktemp("policy"), history_window=0, max_new_tokens=12)
+
+
+@pytest.fixture
+def tiny_policy(project, tiny_policy_dir):
+    from feedback_app.models import PolicyVersion
+
+    return PolicyVersion.objects.create(project=project, name="tiny", kind="local", weights_path=str(tiny_policy_dir))
+
+
+@pytest.fixture
+def review_tasks(project):
+    from feedback_app.models import Task
+
+    return Task.objects.bulk_create(
+        Task(
+            project=project,
+            seed=seed,
+            split="review",
+            instruction="reach the goal G",
+            spec={"seed": seed, "instruction": "reach the goal G"},
+        )
+        for seed in range(3)
+    )
+
+
+def _database_url_for_subprocess() -> str:
+    """The URL of the database the tests use right now (the test database, not the configured one)."""
+    from django.db import connection
+
+    params = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{params['NAME']}"
+    host, port = params["HOST"] or "localhost", params["PORT"] or 5432
+    return f"postgres://{params['USER']}:{params['PASSWORD']}@{host}:{port}/{params['NAME']}"
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db, tmp_path):
+    """A real Celery worker process on the configured broker, reading and writing the test database."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    log_path = tmp_path / "worker.log"
+    env = {**os.environ, "DATABASE_URL": _database_url_for_subprocess(), "TANDEM_TORCH_THREADS": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "training",
+        "worker",
+        "--pool",
+        "solo",
+        "--purge",
+        "-Q",
+        "rollouts,training,default",
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parent.parent
+        )
+    deadline = time.monotonic() + 90
+    while "ready." not in log_path.read_text():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"the Celery worker did not start:\n{log_path.read_text()}")
+        time.sleep(0.2)
+    process.log_path = log_path
+    yield process
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()

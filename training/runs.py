@@ -74,7 +74,11 @@ def execute_run(run_id: int, body: Callable[[TrainingRun, RunRecorder], dict[str
     """Claim run `run_id`, run `body(run, recorder)` and store its outcome. Returns the final status, or None when
     the run had already finished (a duplicate delivery), in which case nothing is done."""
     with transaction.atomic():
-        run = TrainingRun.objects.select_for_update().get(pk=run_id)
+        run = TrainingRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            # The row was deleted (or the message belongs to another database): there is nothing to run.
+            logger.warning("run %s does not exist; dropping the message", run_id)
+            return None
         if run.is_finished:
             logger.info("run %s is already %s; nothing to do", run_id, run.status)
             return None

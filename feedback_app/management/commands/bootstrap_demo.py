@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Project, Role, RunStatus, Task, TrainingRun
+from feedback_app.models.trajectories import TaskSplit
+from reward_models.envs import training_seeds
+from training.bootstrap import run_bootstrap
+from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
+from training.runs import execute_run
+
+GUIDELINES = """\
+# Gridworld demo: how to label
+
+The agent **A** must reach the goal **G** on a small map; `#` is a wall. Each turn the agent writes a short
+reasoning (where it thinks the goal is) and one action: `up`, `down`, `left` or `right`.
+
+- **Compare**: prefer the trajectory that reaches G, and among those the shorter one. If both fail, prefer the one
+  that got closer or wasted fewer moves. Use *both bad* when neither makes real progress.
+- **Step labels**: +1 for a move that brings A closer to G along a shortest path, 0 for a harmless detour,
+  -1 for a move into a wall or away from the goal. *First error* marks the first -1 and everything before it +1.
+- **Intervene** at the first bad move: pick the right action and say why in a few words.
+"""
+
+DEMO_USERS = [("annotator", Role.ANNOTATOR), ("researcher", Role.RESEARCHER), ("admin", Role.ADMIN)]
+
+
+class Command(BaseCommand):
+    help = (
+        "Create the demo: the gridworld project, its tasks, the demo users, the bootstrapped tiny policy and a "
+        "first batch of rollouts. Safe to run again: what exists is kept, nothing is trained twice."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--review-tasks", type=int, default=24, help="Tasks rolled out for annotators.")
+        parser.add_argument("--train-tasks", type=int, default=200, help="Tasks for policy training rollouts.")
+        parser.add_argument("--samples", type=int, default=2, help="Rollout samples per review task.")
+        parser.add_argument(
+            "--quick", action="store_true", help="A tiny, fast bootstrap (for tests and smoke checks, not the demo)."
+        )
+
+    def handle(self, *args, review_tasks: int, train_tasks: int, samples: int, quick: bool, **options) -> None:
+        project = self._project(review_tasks, train_tasks)
+        logins = self._users(project)
+        policy = self._policy(project, quick)
+        self._first_rollouts(project, policy, review_tasks, samples)
+        self.stdout.write("")
+        self.stdout.write(self.style.SUCCESS(f"Demo project '{project.name}' is ready."))
+        self.stdout.write("Demo logins (username / password):")
+        for username, password, role in logins:
+            self.stdout.write(f"  {username:<11} {password}   ({role})")
+
+    def _project(self, review_tasks: int, train_tasks: int) -> Project:
+        with transaction.atomic():
+            spec, _ = EnvironmentSpec.objects.get_or_create(
+                name="gridworld",
+                defaults={
+                    "dotted_path": "reward_models.envs.gridworld.GridWorld",
+                    "config": {"size": 6, "wall_prob": 0.2, "max_steps": 15},
+                    "description": "The built-in text gridworld: reach G, avoid walls. Has an oracle.",
+                },
+            )
+            project, created = Project.objects.get_or_create(
+                slug="gridworld-demo",
+                defaults={
+                    "name": "Gridworld demo",
+                    "description": "The built-in environment and tiny policy, ready for feedback.",
+                    "guidelines": GUIDELINES,
+                    "environment": spec,
+                    "overlap": 2,
+                },
+            )
+            if created or not project.tasks.exists():
+                env = spec.load()
+                splits = [
+                    *((seed, TaskSplit.REVIEW) for seed in training_seeds(env, review_tasks)),
+                    *((seed, TaskSplit.TRAIN) for seed in training_seeds(env, train_tasks, start=100_000)),
+                    *((seed, TaskSplit.EVAL) for seed in env.eval_seeds()),
+                ]
+                Task.objects.bulk_create(
+                    Task(
+                        project=project,
+                        seed=seed,
+                        split=split,
+                        spec=(t := env.make_task(seed)),
+                        instruction=t["instruction"],
+                    )
+                    for seed, split in splits
+                )
+                self.stdout.write(f"Created project {project.slug} with {len(splits)} tasks.")
+        return project
+
+    def _users(self, project: Project) -> list[tuple[str, str, str]]:
+        """Demo users get random passwords on their first creation, kept (mode 600) so later runs print them."""
+        path = settings.DATA_DIR / "demo-logins.txt"
+        known = (
+            dict(line.split(" ", 1) for line in path.read_text().splitlines() if " " in line) if path.exists() else {}
+        )
+        User = get_user_model()
+        logins = []
+        for username, role in DEMO_USERS:
+            user = User.objects.filter(username=username).first()
+            if user is None or username not in known:
+                password = secrets.token_urlsafe(9)
+                if user is None:
+                    user = User(username=username, is_staff=role == Role.ADMIN, is_superuser=role == Role.ADMIN)
+                user.set_password(password)
+                user.save()
+                known[username] = password
+            Membership.objects.get_or_create(user=user, project=project, defaults={"role": role})
+            logins.append((username, known[username], role))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text("".join(f"{name} {password}\n" for name, password in known.items()))
+        return logins
+
+    def _policy(self, project: Project, quick: bool) -> PolicyVersion:
+        policy = PolicyVersion.objects.filter(project=project, name="tiny-base").first()
+        if policy is not None:
+            self.stdout.write(f"Base policy kept: {policy.weights_path}")
+            return policy
+        config: dict = {"policy_name": "tiny-base"}
+        if quick:
+            config.update(n_episodes=300, max_train_steps=30, eval_tasks=20)
+        run = TrainingRun.objects.create(project=project, kind="bootstrap", config=config)
+        self.stdout.write("Bootstrapping the tiny policy (first run only; about 2-3 minutes on 2 CPU cores)...")
+        status = execute_run(run.pk, run_bootstrap)
+        run.refresh_from_db()
+        if status != RunStatus.SUCCEEDED:
+            raise SystemExit(f"Bootstrapping the policy failed:\n{run.error}")
+        summary = run.summary
+        self.stdout.write(
+            f"Base policy: held-out success {summary['greedy_success']:.0%} greedy, "
+            f"{summary['sampled_success']:.0%} sampled ({summary['wall_seconds']:.0f} s)."
+        )
+        return PolicyVersion.objects.get(pk=summary["policy_version"])
+
+    def _first_rollouts(self, project: Project, policy: PolicyVersion, review_tasks: int, samples: int) -> None:
+        done = TrainingRun.objects.filter(
+            project=project, kind="rollout", base_policy=policy, status=RunStatus.SUCCEEDED
+        ).exists()
+        if done:
+            return
+        config = RolloutConfig(num_tasks=review_tasks, samples_per_task=samples, seed=0)
+        run = create_rollout_run(project, policy, config)
+        self.stdout.write(f"Rolling out {policy.name} on {review_tasks} review tasks × {samples} samples...")
+        if execute_run(run.pk, run_rollout) != RunStatus.SUCCEEDED:
+            run.refresh_from_db()
+            raise SystemExit(f"The first rollouts failed:\n{run.error}")
+        run.refresh_from_db()
+        self.stdout.write(f"Stored {run.summary['trajectories']} trajectories.")

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install Tandem with its test extras, then lint and run the whole suite. Extra arguments go to pytest.
+# Without DATABASE_URL / CELERY_BROKER_URL the suite runs on SQLite and the filesystem broker; .ci/run points
+# both at real PostgreSQL and Redis.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+scripts/install.sh test
+if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "Installing Debian's chromium for the browser tests..."
+  apt-get update -q && apt-get install -y -q chromium >/dev/null
+fi
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export DJANGO_ALLOW_ASYNC_UNSAFE=true
+export TANDEM_DATA_DIR="${TANDEM_DATA_DIR:-$PWD/var/test}"
+mkdir -p "$TANDEM_DATA_DIR"
+
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/python manage.py makemigrations --check --dry-run >/dev/null || {
+  echo "Model changes without a migration: run manage.py makemigrations." >&2; exit 1; }
+exec .venv/bin/python -m pytest "$@"

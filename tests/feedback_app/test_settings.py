@@ -1,0 +1,68 @@
+"""Settings come from the environment; a bad value stops start-up with a message naming the variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from feedback_app.env import env_bool, env_int, env_list, env_str
+
+
+def test_helpers_name_the_variable_on_bad_values(monkeypatch):
+    monkeypatch.setenv("TANDEM_X", "maybe")
+    with pytest.raises(ImproperlyConfigured, match="TANDEM_X must be a boolean"):
+        env_bool("TANDEM_X", False)
+    monkeypatch.setenv("TANDEM_X", "12abc")
+    with pytest.raises(ImproperlyConfigured, match="TANDEM_X must be an integer"):
+        env_int("TANDEM_X", 1)
+    monkeypatch.setenv("TANDEM_X", "0")
+    with pytest.raises(ImproperlyConfigured, match="TANDEM_X must be at least 1"):
+        env_int("TANDEM_X", 1, minimum=1)
+    monkeypatch.delenv("TANDEM_X")
+    with pytest.raises(ImproperlyConfigured, match="TANDEM_X is required"):
+        env_str("TANDEM_X")
+
+
+def test_helpers_parse_good_values(monkeypatch):
+    monkeypatch.setenv("TANDEM_X", " Yes ")
+    assert env_bool("TANDEM_X", False) is True
+    monkeypatch.setenv("TANDEM_X", "a.example, b.example,")
+    assert env_list("TANDEM_X", []) == ["a.example", "b.example"]
+    assert env_int("TANDEM_UNSET_VARIABLE", 7) == 7
+
+
+def _start_django(**env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG", "DATABASE_URL"}}
+    code = (
+        "import django; django.setup(); from django.conf import settings; "
+        "print(settings.DATABASES['default']['ENGINE'])"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, "DJANGO_SETTINGS_MODULE": "feedback_app.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_start_up_stops_when_debug_is_off_without_a_secret_key():
+    result = _start_django(DEBUG="false")
+    assert result.returncode != 0
+    assert "SECRET_KEY is required when DEBUG is off" in result.stderr
+
+
+def test_start_up_stops_on_a_bad_boolean():
+    result = _start_django(DEBUG="perhaps")
+    assert result.returncode != 0
+    assert "DEBUG must be a boolean" in result.stderr
+
+
+def test_database_url_selects_postgresql():
+    result = _start_django(DATABASE_URL="postgres://u:p@localhost:5432/tandem", SECRET_KEY="x", DEBUG="false")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "django.db.backends.postgresql"

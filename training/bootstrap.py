@@ -1,0 +1,60 @@
+"""The bootstrap run: supervised fine-tuning of the built-in tiny policy, registered as a project's base policy."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from feedback_app.models import Evaluation, PolicyVersion, TrainingRun
+from reward_models.policy.bootstrap import BootstrapConfig
+from reward_models.policy.bootstrap import main as bootstrap_main
+from training.runs import RunRecorder
+
+
+def bootstrap_config(run: TrainingRun) -> BootstrapConfig:
+    values = {k: v for k, v in run.config.items() if k != "policy_name"}
+    unknown = set(values) - {f.name for f in fields(BootstrapConfig)}
+    if unknown:
+        raise ValueError(f"unknown bootstrap settings: {sorted(unknown)}")
+    values["output_dir"] = str(settings.ARTIFACT_ROOT / "policies" / f"bootstrap-run-{run.pk}")
+    return BootstrapConfig(**values)
+
+
+def run_bootstrap(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
+    config = bootstrap_config(run)
+    recorder.log(f"bootstrap SFT on {config.n_episodes} noisy demonstrations into {config.output_dir}")
+    metrics = bootstrap_main(config, progress=recorder.progress)
+    for point_step, loss in enumerate(metrics["loss_curve"]):
+        recorder.metric(point_step * max(1, metrics["train_steps"] // len(metrics["loss_curve"])), loss=loss)
+    name = run.config.get("policy_name") or f"bootstrap-{run.pk}"
+    with transaction.atomic():
+        TrainingRun.objects.filter(pk=run.pk).update(artifact_dir=config.output_dir)
+        policy = PolicyVersion.objects.create(
+            project=run.project,
+            name=name,
+            kind="local",
+            weights_path=config.output_dir,
+            produced_by=run,
+            notes="Tiny Llama, supervised on noisy scripted demonstrations.",
+        )
+        for decoding in ("greedy", "sampled"):
+            Evaluation.objects.create(
+                project=run.project,
+                policy_version=policy,
+                run=run,
+                name="heldout_success",
+                decoding=decoding,
+                value=metrics[f"{decoding}_success"],
+                stderr=metrics[f"{decoding}_stderr"],
+                n=metrics["eval_tasks"],
+                details={"mean_length": metrics[f"{decoding}_mean_length"]},
+            )
+    recorder.log(
+        f"registered {name}: held-out success {metrics['greedy_success']:.2f} greedy, "
+        f"{metrics['sampled_success']:.2f} sampled, in {metrics['wall_seconds']:.0f} s"
+    )
+    summary = {k: v for k, v in metrics.items() if k not in ("loss_curve", "config")}
+    return {**summary, "policy_version": policy.pk, "config": asdict(config)}

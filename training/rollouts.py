@@ -1,0 +1,165 @@
+"""Rollout runs: a policy version plays N tasks × K samples, batched across episodes, and the trajectories land in
+the database in one transaction."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+
+from feedback_app.models import PolicyVersion, Project, RunKind, Step, Task, TrainingRun, Trajectory
+from feedback_app.models.trajectories import TaskSplit
+from reward_models.envs import load_environment
+from reward_models.rollout import Episode, rollout
+from training.policies import policy_for
+from training.runs import RunRecorder
+
+
+@dataclass
+class RolloutConfig:
+    task_ids: list[int] = field(default_factory=list, metadata={"help": "Tasks to play; empty takes `split`."})
+    split: str = field(default=TaskSplit.REVIEW, metadata={"help": "Which tasks when task_ids is empty."})
+    num_tasks: int = field(default=16, metadata={"help": "How many tasks of `split`, lowest ids first."})
+    samples_per_task: int = field(default=2, metadata={"help": "Episodes per task (K)."})
+    greedy: bool = field(default=False, metadata={"help": "Greedy decoding instead of sampling."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed: the same seed gives the same episodes."})
+    max_turns: int = field(default=100, metadata={"help": "Hard stop per episode beyond the environment's own."})
+
+    def __post_init__(self) -> None:
+        if self.split not in TaskSplit.values:
+            raise ValueError(f"split must be one of {TaskSplit.values}, got {self.split!r}")
+        if not isinstance(self.task_ids, list) or not all(isinstance(i, int) for i in self.task_ids):
+            raise ValueError("task_ids must be a list of task ids")
+        for name in ("num_tasks", "samples_per_task", "max_turns"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be positive, got {self.temperature}")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> RolloutConfig:
+        unknown = set(values) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown rollout settings: {sorted(unknown)}")
+        return cls(**values)
+
+
+def create_rollout_run(
+    project: Project, policy: PolicyVersion, config: RolloutConfig, *, created_by=None
+) -> TrainingRun:
+    """Record a rollout run; enqueue it with `training.tasks.rollout.delay_on_commit(run.pk)`."""
+    if policy.project_id != project.pk:
+        raise ValueError("policy: the policy version belongs to another project")
+    policy.policy_spec()  # raises for an external policy, which Tandem cannot run
+    return TrainingRun.objects.create(
+        project=project, kind=RunKind.ROLLOUT, base_policy=policy, config=asdict(config), created_by=created_by
+    )
+
+
+def run_rollout(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
+    config = RolloutConfig.from_dict(run.config)
+    tasks = _tasks_for(run.project, config)
+    expected = len(tasks) * config.samples_per_task
+    stored = Trajectory.objects.filter(rollout_run=run).count()
+    if stored == expected:
+        # An earlier attempt stored everything, then died before marking the run done.
+        recorder.log(f"all {stored} trajectories already stored")
+        return _summary(run)
+
+    env_spec = run.project.environment
+    policy = policy_for(run.base_policy)
+    recorder.log(f"rolling out {run.base_policy.name} on {len(tasks)} tasks × {config.samples_per_task} samples")
+    episodes = rollout(
+        partial(load_environment, env_spec.dotted_path, env_spec.config),
+        [task.spec or {"seed": task.seed, "instruction": task.instruction} for task in tasks],
+        policy,
+        samples_per_task=config.samples_per_task,
+        greedy=config.greedy,
+        temperature=config.temperature,
+        seed=config.seed,
+        max_turns=config.max_turns,
+        progress=lambda done, total: recorder.progress(done, total),
+    )
+    task_of = [task for task in tasks for _ in range(config.samples_per_task)]
+    store_episodes(run, task_of, episodes, generation={"greedy": config.greedy, "temperature": config.temperature})
+    summary = _summary(run)
+    recorder.log(f"stored {summary['trajectories']} trajectories, success rate {summary['success_rate']:.2f}")
+    return summary
+
+
+def _tasks_for(project: Project, config: RolloutConfig) -> list[Task]:
+    if config.task_ids:
+        tasks = list(Task.objects.filter(project=project, pk__in=config.task_ids).order_by("id"))
+        missing = set(config.task_ids) - {task.pk for task in tasks}
+        if missing:
+            raise ValueError(f"task_ids: no tasks {sorted(missing)} in project {project.slug}")
+    else:
+        tasks = list(Task.objects.filter(project=project, split=config.split).order_by("id")[: config.num_tasks])
+    if not tasks:
+        raise ValueError(f"split: project {project.slug} has no {config.split} tasks to roll out")
+    return tasks
+
+
+def store_episodes(
+    run: TrainingRun, tasks: list[Task], episodes: list[Episode], *, generation: dict[str, Any]
+) -> list[Trajectory]:
+    """Insert trajectories and their steps in one transaction: a rollout lands whole or not at all."""
+    sample_counter: dict[int, int] = {}
+    trajectories = []
+    for task, episode in zip(tasks, episodes, strict=True):
+        oracle = asdict(episode.oracle) if episode.oracle else {}
+        trajectories.append(
+            Trajectory(
+                project_id=run.project_id,
+                task=task,
+                policy_version_id=run.base_policy_id,
+                source="policy",
+                rollout_run=run,
+                sample_index=sample_counter.setdefault(task.pk, 0),
+                num_steps=episode.length,
+                total_env_reward=episode.total_reward,
+                success=episode.success,
+                outcome_return=oracle.get("true_return", episode.total_reward),
+                oracle=oracle,
+                metadata={
+                    **generation,
+                    "truncated": episode.truncated,
+                    "final_observation": episode.final_observation,
+                },
+            )
+        )
+        sample_counter[task.pk] += 1
+    with transaction.atomic():
+        Trajectory.objects.bulk_create(trajectories, batch_size=500)
+        Step.objects.bulk_create(
+            (
+                Step(
+                    trajectory=trajectory,
+                    index=index,
+                    observation=step.observation,
+                    reasoning=step.reasoning,
+                    action=step.action,
+                    env_reward=step.reward,
+                    logprob=step.logprob,
+                    render=step.render or {},
+                    done=step.done,
+                )
+                for trajectory, episode in zip(trajectories, episodes, strict=True)
+                for index, step in enumerate(episode.steps)
+            ),
+            batch_size=2000,
+        )
+    return trajectories
+
+
+def _summary(run: TrainingRun) -> dict[str, Any]:
+    rows = list(Trajectory.objects.filter(rollout_run=run).values_list("success", "num_steps"))
+    n = len(rows)
+    return {
+        "trajectories": n,
+        "success_rate": sum(bool(success) for success, _ in rows) / n if n else 0.0,
+        "mean_length": sum(length for _, length in rows) / n if n else 0.0,
+    }
