@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from feedback_app.views import projects, trajectories
+from feedback_app.views import health, projects, trajectories
 
 urlpatterns = [
     path("", projects.home, name="home"),
@@ -15,4 +15,5 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("healthz", health.healthz, name="healthz"),
 ]

@@ -18,6 +18,10 @@ def default_feedback_kinds() -> list[str]:
     return [kind.value for kind in FeedbackKind]
 
 
+def default_lease_minutes() -> int:
+    return settings.TANDEM_DEFAULT_LEASE_MINUTES
+
+
 class Role(models.TextChoices):
     ANNOTATOR = "annotator", "Annotator"
     RESEARCHER = "researcher", "Researcher"
@@ -67,7 +71,7 @@ class Project(models.Model):
     feedback_kinds = models.JSONField(default=default_feedback_kinds, help_text="Enabled kinds of feedback.")
     overlap = models.PositiveSmallIntegerField(default=1, help_text="How many different annotators label each item.")
     blind = models.BooleanField(default=True, help_text="Hide policy names and outcomes from annotators.")
-    lease_minutes = models.PositiveIntegerField(default=30)
+    lease_minutes = models.PositiveIntegerField(default=default_lease_minutes)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -66,3 +66,19 @@ def test_database_url_selects_postgresql():
     result = _start_django(DATABASE_URL="postgres://u:p@localhost:5432/tandem", SECRET_KEY="x", DEBUG="false")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "django.db.backends.postgresql"
+
+
+def test_every_setting_read_from_the_environment_is_in_env_example():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    read = set(re.findall(r'env_\w+\("([A-Z_]+)"', (root / "feedback_app" / "settings.py").read_text()))
+    listed = set(re.findall(r"^([A-Z_]+)=", (root / ".env.example").read_text(), flags=re.M))
+    assert read, "the settings module reads no variables?"
+    assert read - listed == set()
+
+
+def test_healthz_answers_when_the_database_does(client, db):
+    response = client.get("/healthz")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
