@@ -13,12 +13,23 @@ from reward_models.policy.bootstrap import BootstrapConfig
 from reward_models.policy.bootstrap import main as bootstrap_main
 from training.runs import RunRecorder
 
+GRIDWORLD = "reward_models.envs.gridworld.GridWorld"
+# How the project's environment config maps onto the bootstrap's own gridworld fields.
+ENV_FIELDS = {"size": "grid_size", "wall_prob": "wall_prob", "max_steps": "max_episode_steps"}
+
 
 def bootstrap_config(run: TrainingRun) -> BootstrapConfig:
+    """The run's settings over the project's gridworld config, so the policy learns the map the project uses."""
+    environment = run.project.environment
+    if environment.dotted_path != GRIDWORLD:
+        raise ValueError(f"environment: the bootstrap trains gridworld policies, not {environment.dotted_path}")
     values = {k: v for k, v in run.config.items() if k != "policy_name"}
     unknown = set(values) - {f.name for f in fields(BootstrapConfig)}
     if unknown:
         raise ValueError(f"unknown bootstrap settings: {sorted(unknown)}")
+    for env_key, field_name in ENV_FIELDS.items():
+        if env_key in environment.config:
+            values.setdefault(field_name, environment.config[env_key])
     values["output_dir"] = str(settings.ARTIFACT_ROOT / "policies" / f"bootstrap-run-{run.pk}")
     return BootstrapConfig(**values)
 

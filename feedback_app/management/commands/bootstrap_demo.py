@@ -10,6 +10,7 @@ from django.db import transaction
 from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Project, Role, RunStatus, Task, TrainingRun
 from feedback_app.models.trajectories import TaskSplit
 from reward_models.envs import training_seeds
+from reward_models.policy.bootstrap import BootstrapConfig
 from training.bootstrap import run_bootstrap
 from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
 from training.runs import execute_run
@@ -61,7 +62,8 @@ class Command(BaseCommand):
                 name="gridworld",
                 defaults={
                     "dotted_path": "reward_models.envs.gridworld.GridWorld",
-                    "config": {"size": 6, "wall_prob": 0.2, "max_steps": 15},
+                    # The tiny policy is trained for one map size: the demo environment matches its bootstrap.
+                    "config": BootstrapConfig().env_config(),
                     "description": "The built-in text gridworld: reach G, avoid walls. Has an oracle.",
                 },
             )

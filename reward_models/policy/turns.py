@@ -1,0 +1,134 @@
+"""How a trajectory becomes model input, one turn at a time. Every policy, rollout and trainer goes through here.
+
+A trajectory is a conversation: the system message is the task instruction, each user message an observation, each
+assistant message the policy's decision for that observation, written as a short reasoning and then the action::
+
+    goal is down 2 right 3 ; action right
+
+``turn_messages`` builds the conversation the policy sees before one turn; ``encode_turn`` turns it into prompt token
+ids and completion token ids, separately, which is what PPO (per-turn logprobs and values) and step-level DPO (loss on
+the completion only, observations masked) need. Keeping both in this one module is what guarantees that trainers
+score exactly the tokens the rollout generated.
+
+History window: ``history_window`` previous turns are shown before the current observation (``None``: all of them).
+The built-in tiny policy uses 0, i.e. it sees only the instruction and the current observation. The gridworld is
+fully observed, so the current map is a Markov state and nothing is lost, while sequences stay ~60 tokens instead of
+growing by ~55 tokens a turn. A policy whose environment is partially observed wants a window > 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+Message = dict[str, str]
+
+_ACTION_MARKER = re.compile(r"\baction\b\s*[:=]?", re.IGNORECASE)
+_ACTION_QUOTES = "`'\"*. "
+
+
+@dataclass
+class Turn:
+    """One completed turn of the history: what the policy saw and what it wrote (the full assistant text)."""
+
+    observation: str
+    response: str
+
+
+@dataclass
+class TurnEncoding:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+
+
+def format_decision(reasoning: str, action: str) -> str:
+    """The assistant text for a decision; ``parse_decision`` inverts it."""
+    reasoning = reasoning.strip()
+    return f"{reasoning} ; action {action}" if reasoning else f"action {action}"
+
+
+def parse_decision(text: str) -> tuple[str, str]:
+    """Split an assistant text into ``(reasoning, action)``.
+
+    The action is what follows the last word ``action`` (an optional ``:`` or ``=`` after it), up to the end of that
+    line, without surrounding quotes, backticks or a final full stop; the reasoning is everything before it. Text with
+    no ``action`` marker is taken as a bare action, as generated, with empty reasoning: a model that just answers
+    ``right`` still moves, and garbage reaches the environment unchanged, which treats it as an invalid action (the
+    gridworld: a no-op that costs a step). Nothing here raises, because a policy's output is never trusted.
+
+    >>> parse_decision("goal is down 2 right 3 ; action right")
+    ('goal is down 2 right 3', 'right')
+    """
+    markers = list(_ACTION_MARKER.finditer(text))
+    if not markers:
+        return "", text.strip()
+    last = markers[-1]
+    action_line = text[last.end() :].strip().split("\n", 1)[0]
+    reasoning = text[: last.start()].strip().rstrip(";").strip()
+    return reasoning, action_line.strip(_ACTION_QUOTES)
+
+
+def turn_messages(
+    instruction: str, history: Sequence[Turn], observation: str, history_window: int | None
+) -> list[Message]:
+    """The conversation a policy sees before acting on ``observation``.
+
+    >>> turn_messages("reach the goal G", [], ". A | G .", history_window=0)[-1]
+    {'role': 'user', 'content': '. A | G .'}
+    """
+    if history_window is not None and history_window < 0:
+        raise ValueError(f"history_window must be None or >= 0, got {history_window}")
+    if history_window is None:
+        shown = history
+    else:
+        # history[-0:] would be the whole history, so a window of 0 is spelled out.
+        shown = history[max(0, len(history) - history_window) :] if history_window else []
+    messages: list[Message] = [{"role": "system", "content": instruction}]
+    for turn in shown:
+        messages.append({"role": "user", "content": turn.observation})
+        messages.append({"role": "assistant", "content": turn.response})
+    messages.append({"role": "user", "content": observation})
+    return messages
+
+
+def render_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message]) -> str:
+    """The prompt text ending where the assistant's answer starts.
+
+    Uses the tokenizer's chat template; a base model without one gets a plain ``Role: content`` transcript.
+    """
+    if tokenizer.chat_template:
+        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    lines = [f"{message['role'].capitalize()}: {message['content']}" for message in messages]
+    return "\n".join(lines) + "\nAssistant:"
+
+
+def encode_turn(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message], completion: str) -> TurnEncoding:
+    """Prompt and completion token ids for one turn, exactly as the policy generates them.
+
+    The completion is tokenized on its own and closed with the end-of-sequence token, the way ``generate`` produced
+    it after the prompt, rather than cut out of a tokenized full conversation (for BPE tokenizers the two differ at
+    the seam).
+    """
+    return encode_turns(tokenizer, [messages], [completion])[0]
+
+
+def encode_turns(
+    tokenizer: PreTrainedTokenizerBase, conversations: Sequence[Sequence[Message]], completions: Sequence[str]
+) -> list[TurnEncoding]:
+    """``encode_turn`` for many turns at once (one batched tokenizer call each for prompts and completions)."""
+    if len(conversations) != len(completions):
+        raise ValueError(f"got {len(conversations)} conversations but {len(completions)} completions")
+    prompts = [render_prompt(tokenizer, messages) for messages in conversations]
+    # Plain-transcript prompts end in "Assistant:" and the answer follows after a space.
+    texts = list(completions) if tokenizer.chat_template else [f" {completion}" for completion in completions]
+    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [
+        TurnEncoding(prompt_ids=prompt, completion_ids=completion + [tokenizer.eos_token_id])
+        for prompt, completion in zip(prompt_ids, completion_ids, strict=True)
+    ]

@@ -1,0 +1,53 @@
+"""The demo bootstrap behind ./run.sh: everything a first start needs, and a second start trains nothing again."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+
+from feedback_app.models import Evaluation, Membership, PolicyVersion, Project, Task, TrainingRun, Trajectory
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+
+
+def _bootstrap() -> str:
+    out = io.StringIO()
+    call_command(
+        "bootstrap_demo", "--quick", "--review-tasks", "3", "--train-tasks", "4", "--samples", "2", stdout=out
+    )
+    return out.getvalue()
+
+
+def test_bootstrap_demo_builds_the_demo_once_and_is_safe_to_repeat(settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
+
+    first = _bootstrap()
+
+    project = Project.objects.get(slug="gridworld-demo")
+    assert Task.objects.filter(project=project, split="review").count() == 3
+    assert Task.objects.filter(project=project, split="eval").count() == 200
+    assert set(Membership.objects.filter(project=project).values_list("user__username", "role")) == {
+        ("annotator", "annotator"),
+        ("researcher", "researcher"),
+        ("admin", "admin"),
+    }
+    policy = PolicyVersion.objects.get(project=project, name="tiny-base")
+    assert (tmp_path / "artifacts" / "policies").exists() and policy.produced_by.kind == "bootstrap"
+    assert set(Evaluation.objects.filter(policy_version=policy).values_list("decoding", flat=True)) == {
+        "greedy",
+        "sampled",
+    }
+    assert Trajectory.objects.filter(project=project, policy_version=policy).count() == 6
+    logins = dict(line.split() for line in (tmp_path / "demo-logins.txt").read_text().splitlines())
+    assert set(logins) == {"annotator", "researcher", "admin"}
+    assert f"annotator   {logins['annotator']}" in first
+
+    second = _bootstrap()
+
+    assert TrainingRun.objects.count() == 2, "a second start neither trains nor rolls out again"
+    assert Trajectory.objects.count() == 6 and Task.objects.count() == 207
+    assert "Base policy kept" in second
+    assert f"annotator   {logins['annotator']}" in second, "the same passwords are printed again"

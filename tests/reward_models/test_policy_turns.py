@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from reward_models.envs import GridWorld  # noqa: E402
+from reward_models.policy.bootstrap import vocabulary_corpus  # noqa: E402
+from reward_models.policy.tokenizer import build_word_tokenizer  # noqa: E402
+from reward_models.policy.turns import (  # noqa: E402
+    Turn,
+    encode_turn,
+    encode_turns,
+    format_decision,
+    parse_decision,
+    render_prompt,
+    turn_messages,
+)
+
+OBSERVATION = ". A | G #"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_word_tokenizer(vocabulary_corpus(GridWorld()))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("goal is down 2 right 3 ; action right", ("goal is down 2 right 3", "right")),
+        ("action up", ("", "up")),
+        ("I think the goal is left.\nAction: left.", ("I think the goal is left.", "left")),
+        ("The next action is unclear; Action = `down`", ("The next action is unclear", "down")),
+        ("right", ("", "right")),
+        ("goal goal ; ; 3", ("", "goal goal ; ; 3")),
+        ("", ("", "")),
+        ("goal is up 1 ; action", ("goal is up 1", "")),
+    ],
+)
+def test_parse_decision_is_tolerant(text, expected):
+    assert parse_decision(text) == expected
+
+
+def test_format_and_parse_round_trip():
+    assert parse_decision(format_decision("goal is up 1 left 0", "up")) == ("goal is up 1 left 0", "up")
+    assert format_decision("", "left") == "action left"
+
+
+def test_turn_messages_shows_the_history_window():
+    history = [Turn("o1", "r1"), Turn("o2", "r2"), Turn("o3", "r3")]
+    markov = turn_messages("reach", history, "o4", history_window=0)
+    assert markov == [{"role": "system", "content": "reach"}, {"role": "user", "content": "o4"}]
+    last_one = turn_messages("reach", history, "o4", history_window=1)
+    assert [m["content"] for m in last_one] == ["reach", "o3", "r3", "o4"]
+    everything = turn_messages("reach", history, "o4", history_window=None)
+    assert [m["role"] for m in everything] == ["system"] + ["user", "assistant"] * 3 + ["user"]
+    assert turn_messages("reach", history, "o4", history_window=10) == everything
+    with pytest.raises(ValueError, match="history_window"):
+        turn_messages("reach", history, "o4", history_window=-1)
+
+
+def test_tokenizer_is_a_small_word_level_vocabulary_that_round_trips(tokenizer):
+    assert 25 <= len(tokenizer) <= 40
+    text = "goal is down 2 right 3 ; action right"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(text.split())
+    assert tokenizer.decode(ids) == text
+    assert tokenizer.unk_token_id in tokenizer("dance", add_special_tokens=False)["input_ids"]
+
+
+def test_tokenizer_is_the_same_when_rebuilt(tokenizer):
+    assert build_word_tokenizer(vocabulary_corpus(GridWorld())).get_vocab() == tokenizer.get_vocab()
+
+
+def test_chat_template_renders_conversations_in_the_tiny_format(tokenizer):
+    messages = turn_messages("reach the goal G", [Turn(OBSERVATION, "action up")], OBSERVATION, None)
+    assert render_prompt(tokenizer, messages) == (
+        "<bos><system> reach the goal G <user> . A | G # <assistant> action up <eos> <user> . A | G # <assistant>"
+    )
+
+
+def test_encode_turn_splits_prompt_from_completion_consistently_with_the_template(tokenizer):
+    messages = turn_messages("reach the goal G", [], OBSERVATION, 0)
+    completion = "goal is down 1 left 1 ; action down"
+    encoding = encode_turn(tokenizer, messages, completion)
+    whole = tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": completion}], tokenize=False)
+    whole_ids = tokenizer(whole, add_special_tokens=False)["input_ids"]
+    assert encoding.prompt_ids + encoding.completion_ids == whole_ids
+    assert encoding.completion_ids[-1] == tokenizer.eos_token_id
+    assert tokenizer.decode(encoding.completion_ids, skip_special_tokens=True) == completion
+    assert encode_turns(tokenizer, [messages, messages], [completion, completion]) == [encoding, encoding]
+
+
+def test_prompt_falls_back_to_a_plain_transcript_without_a_chat_template(tokenizer):
+    plain = build_word_tokenizer(vocabulary_corpus(GridWorld()))
+    plain.chat_template = None
+    prompt = render_prompt(plain, turn_messages("reach", [], OBSERVATION, 0))
+    assert prompt == f"System: reach\nUser: {OBSERVATION}\nAssistant:"
+
+
+def test_tokenizer_saves_and_loads_offline_with_its_chat_template(tokenizer, tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
+    messages = turn_messages("reach the goal G", [], OBSERVATION, 0)
+    assert render_prompt(loaded, messages) == render_prompt(tokenizer, messages)
+    assert loaded.get_vocab() == tokenizer.get_vocab()
+    assert (loaded.pad_token, loaded.eos_token, loaded.bos_token) == ("<pad>", "<eos>", "<bos>")
