@@ -11,7 +11,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def rolled_out(make_trajectory):
-    return make_trajectory(n_steps=2, success=True, outcome_return=0.9, external_id="ep-visible")
+    trajectory = make_trajectory(n_steps=2, success=True, outcome_return=0.9, external_id="ep-visible")
+    trajectory.steps.filter(index=1).update(env_reward=1.0, done=True)
+    return trajectory
 
 
 def test_anonymous_users_are_sent_to_log_in(client, project):
@@ -42,6 +44,8 @@ def test_a_researcher_sees_trajectories_outcomes_and_policies(client, researcher
     body = response.content.decode()
     assert f'id="trajectory-{rolled_out.pk}"' in body
     assert "success" in body and "agent-v1" in body
+    trajectory_page = client.get(reverse("trajectory-detail", args=[project.pk, rolled_out.pk])).content.decode()
+    assert "reward 1.0" in trajectory_page
 
 
 def test_an_annotator_in_a_blind_project_sees_neither_outcomes_nor_policy_names(
@@ -55,6 +59,7 @@ def test_an_annotator_in_a_blind_project_sees_neither_outcomes_nor_policy_names(
         body = client.get(url).content.decode()
         assert "agent-v1" not in body
         assert "success" not in body
+        assert "reward 1.0" not in body
     trajectory_page = client.get(reverse("trajectory-detail", args=[project.pk, rolled_out.pk])).content.decode()
     assert "think 1" in trajectory_page  # the steps themselves are shown
 

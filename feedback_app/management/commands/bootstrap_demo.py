@@ -4,7 +4,7 @@ import secrets
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Project, Role, RunStatus, Task, TrainingRun
@@ -134,7 +134,7 @@ class Command(BaseCommand):
         status = execute_run(run.pk, run_bootstrap)
         run.refresh_from_db()
         if status != RunStatus.SUCCEEDED:
-            raise SystemExit(f"Bootstrapping the policy failed:\n{run.error}")
+            raise CommandError(f"Bootstrapping the policy failed:\n{run.error}")
         summary = run.summary
         self.stdout.write(
             f"Base policy: held-out success {summary['greedy_success']:.0%} greedy, "
@@ -153,6 +153,6 @@ class Command(BaseCommand):
         self.stdout.write(f"Rolling out {policy.name} on {review_tasks} review tasks × {samples} samples...")
         if execute_run(run.pk, run_rollout) != RunStatus.SUCCEEDED:
             run.refresh_from_db()
-            raise SystemExit(f"The first rollouts failed:\n{run.error}")
+            raise CommandError(f"The first rollouts failed:\n{run.error}")
         run.refresh_from_db()
         self.stdout.write(f"Stored {run.summary['trajectories']} trajectories.")
