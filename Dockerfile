@@ -5,7 +5,8 @@ ARG TORCH_SPEC="torch==2.13.0"
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 TANDEM_DATA_DIR=/data HF_HUB_OFFLINE=1
 WORKDIR /app
 RUN apt-get update && apt-get install -y --no-install-recommends curl && rm -rf /var/lib/apt/lists/*
-RUN pip install "$TORCH_SPEC"
+# Unquoted on purpose: the GPU build passes "torch==… --index-url …".
+RUN pip install $TORCH_SPEC
 COPY pyproject.toml constraints.txt README.md ./
 COPY feedback_app feedback_app
 COPY training training
@@ -13,7 +14,7 @@ COPY reward_models reward_models
 COPY templates templates
 COPY static static
 COPY manage.py ./
-RUN pip install -c constraints.txt -e . || pip install -e .
+RUN pip install -c constraints.txt -e .
 RUN DEBUG=false SECRET_KEY=build-only python manage.py collectstatic --noinput
 EXPOSE 8000
 CMD ["gunicorn", "feedback_app.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4"]

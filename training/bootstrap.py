@@ -8,10 +8,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from feedback_app.models import Evaluation, PolicyVersion, TrainingRun
+from feedback_app.models import Evaluation, PolicyVersion, Project, RunKind, RunStatus, TrainingRun
 from reward_models.policy.bootstrap import BootstrapConfig
 from reward_models.policy.bootstrap import main as bootstrap_main
-from training.runs import RunRecorder
+from training.runs import RunRecorder, execute_run
 
 GRIDWORLD = "reward_models.envs.gridworld.GridWorld"
 # How the project's environment config maps onto the bootstrap's own gridworld fields.
@@ -69,3 +69,17 @@ def run_bootstrap(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
     )
     summary = {k: v for k, v in metrics.items() if k not in ("loss_curve", "config")}
     return {**summary, "policy_version": policy.pk, "config": asdict(config)}
+
+
+def bootstrap_in_process(project: Project, config: dict[str, Any], *, created_by=None) -> TrainingRun:
+    """Run a bootstrap here, not on a worker (the demo's first start has no worker yet). Returns the finished run;
+    on success `run.summary["policy_version"]` is the new version's id."""
+    bootstrap_config(TrainingRun(project=project, config=config))  # bad settings fail before a run row exists
+    run = TrainingRun.objects.create(project=project, kind=RunKind.BOOTSTRAP, config=config, created_by=created_by)
+    execute_run(run.pk, run_bootstrap)
+    run.refresh_from_db()
+    return run
+
+
+def succeeded(run: TrainingRun) -> bool:
+    return run.status == RunStatus.SUCCEEDED

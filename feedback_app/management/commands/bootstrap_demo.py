@@ -11,7 +11,7 @@ from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Proj
 from feedback_app.models.trajectories import TaskSplit
 from reward_models.envs import training_seeds
 from reward_models.policy.bootstrap import BootstrapConfig
-from training.bootstrap import run_bootstrap
+from training.bootstrap import bootstrap_in_process, succeeded
 from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
 from training.runs import execute_run
 
@@ -129,11 +129,9 @@ class Command(BaseCommand):
         config: dict = {"policy_name": "tiny-base"}
         if quick:
             config.update(n_episodes=300, max_train_steps=30, eval_tasks=20)
-        run = TrainingRun.objects.create(project=project, kind="bootstrap", config=config)
         self.stdout.write("Bootstrapping the tiny policy (first run only; about 2-3 minutes on 2 CPU cores)...")
-        status = execute_run(run.pk, run_bootstrap)
-        run.refresh_from_db()
-        if status != RunStatus.SUCCEEDED:
+        run = bootstrap_in_process(project, config)
+        if not succeeded(run):
             raise CommandError(f"Bootstrapping the policy failed:\n{run.error}")
         summary = run.summary
         self.stdout.write(
