@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from feedback_app.models import Evaluation, PolicyVersion, Project, RunKind, RunStatus, TrainingRun
+from feedback_app.models import Evaluation, PolicyVersion, Project, RunKind, TrainingRun
 from reward_models.policy.bootstrap import BootstrapConfig
 from reward_models.policy.bootstrap import main as bootstrap_main
 from training.runs import RunRecorder, execute_run
@@ -79,7 +79,3 @@ def bootstrap_in_process(project: Project, config: dict[str, Any], *, created_by
     execute_run(run.pk, run_bootstrap)
     run.refresh_from_db()
     return run
-
-
-def succeeded(run: TrainingRun) -> bool:
-    return run.status == RunStatus.SUCCEEDED

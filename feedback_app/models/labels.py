@@ -91,15 +91,15 @@ class LabelBase(models.Model):
                 raise StaleRevision(f"{model.__name__} {self.pk} was already revised.")
             model.objects.filter(pk=head.pk).update(is_current=False)
             values = {name: getattr(head, name) for name in (*self.item_fields, *self.content_fields)}
+            values["assignment"] = head.assignment
             values.update(changes)
             new = model(
                 project_id=head.project_id,
                 annotator_id=head.annotator_id,
-                assignment_id=changes.get("assignment", head.assignment_id),
                 revision=head.revision + 1,
                 supersedes=head,
                 query_strategy=head.query_strategy,
-                **{k: v for k, v in values.items() if k != "assignment"},
+                **values,
             )
             new.full_clean(exclude=["supersedes", "assignment"])
             new.save()

@@ -11,7 +11,7 @@ from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Proj
 from feedback_app.models.trajectories import TaskSplit
 from reward_models.envs import training_seeds
 from reward_models.policy.bootstrap import BootstrapConfig
-from training.bootstrap import bootstrap_in_process, succeeded
+from training.bootstrap import bootstrap_in_process
 from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
 from training.runs import execute_run
 
@@ -131,7 +131,7 @@ class Command(BaseCommand):
             config.update(n_episodes=300, max_train_steps=30, eval_tasks=20)
         self.stdout.write("Bootstrapping the tiny policy (first run only; about 2-3 minutes on 2 CPU cores)...")
         run = bootstrap_in_process(project, config)
-        if not succeeded(run):
+        if run.status != RunStatus.SUCCEEDED:
             raise CommandError(f"Bootstrapping the policy failed:\n{run.error}")
         summary = run.summary
         self.stdout.write(

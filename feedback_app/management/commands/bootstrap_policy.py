@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from feedback_app.models import PolicyVersion, Project
-from training.bootstrap import bootstrap_in_process, succeeded
+from feedback_app.models import PolicyVersion, Project, RunStatus
+from training.bootstrap import bootstrap_in_process
 
 
 class Command(BaseCommand):
@@ -35,7 +35,7 @@ class Command(BaseCommand):
             run = bootstrap_in_process(target, config)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
-        if not succeeded(run):
+        if run.status != RunStatus.SUCCEEDED:
             raise CommandError(f"Run {run.pk} failed:\n{run.error}")
         self.stdout.write(
             self.style.SUCCESS(
