@@ -129,3 +129,11 @@ class TrainingRunAdmin(admin.ModelAdmin):
 class EvaluationAdmin(admin.ModelAdmin):
     list_display = ("name", "project", "policy_version", "decoding", "value", "stderr", "n", "created_at")
     list_filter = ("project", "name", "decoding")
+
+
+@admin.register(m.ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ("name", "user", "prefix", "read_only", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("read_only",)
+    search_fields = ("name", "user__username", "prefix")
+    readonly_fields = ("prefix", "key_hash", "created_at", "last_used_at")

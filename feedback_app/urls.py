@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from feedback_app.views import health, projects, trajectories
 
@@ -14,6 +14,7 @@ urlpatterns = [
     ),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/", include("feedback_app.api.urls")),
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
 ]

@@ -11,9 +11,11 @@ from feedback_app.models.labels import (
 from feedback_app.models.projects import EnvironmentSpec, FeedbackKind, Membership, Project, Role
 from feedback_app.models.queue import Assignment, QueueItem
 from feedback_app.models.runs import DatasetSnapshot, Evaluation, RunKind, RunStatus, TrainingRun
+from feedback_app.models.tokens import ApiToken
 from feedback_app.models.trajectories import PolicyVersion, Step, Task, Trajectory
 
 __all__ = [
+    "ApiToken",
     "Assignment",
     "Comparison",
     "Critique",

@@ -72,6 +72,9 @@ class Project(models.Model):
     overlap = models.PositiveSmallIntegerField(default=1, help_text="How many different annotators label each item.")
     blind = models.BooleanField(default=True, help_text="Hide policy names and outcomes from annotators.")
     lease_minutes = models.PositiveIntegerField(default=default_lease_minutes)
+    gold_fraction = models.FloatField(
+        default=0.1, help_text="Share of served items that are gold items, while unanswered gold items remain."
+    )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -80,6 +83,9 @@ class Project(models.Model):
         constraints = [
             models.CheckConstraint(condition=models.Q(overlap__gte=1), name="project_overlap_at_least_one"),
             models.CheckConstraint(condition=models.Q(lease_minutes__gte=1), name="project_lease_positive"),
+            models.CheckConstraint(
+                condition=models.Q(gold_fraction__gte=0, gold_fraction__lte=1), name="project_gold_fraction_0_to_1"
+            ),
         ]
 
     def __str__(self) -> str:

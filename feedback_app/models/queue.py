@@ -82,6 +82,7 @@ class Assignment(models.Model):
     leased_until = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    skip_reason = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -1,0 +1,1 @@
+"""The REST API: thin DRF views over the same plain functions the HTML views use."""

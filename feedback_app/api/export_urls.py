@@ -1,0 +1,3 @@
+"""Export and snapshot endpoints."""
+
+urlpatterns: list = []
