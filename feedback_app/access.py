@@ -3,6 +3,7 @@ that a project exists."""
 
 from __future__ import annotations
 
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 
 from feedback_app.models import Membership, Project, Role, Trajectory
@@ -24,6 +25,14 @@ def get_project_for_member(request: HttpRequest, project_pk: int) -> tuple[Proje
     return membership.project, membership
 
 
+def get_project_for_role(request: HttpRequest, project_pk: int, *roles: str) -> tuple[Project, Membership]:
+    """The project, if the user holds one of `roles` in it. Outsiders get 404; members without the role get 403."""
+    membership = get_membership(request, project_pk)
+    if membership.role not in roles:
+        raise PermissionDenied(f"This needs the {' or '.join(roles)} role in the project.")
+    return membership.project, membership
+
+
 def get_trajectory_for_member(
     request: HttpRequest, project_pk: int, trajectory_pk: int
 ) -> tuple[Trajectory, Membership]:
@@ -41,3 +50,6 @@ def get_trajectory_for_member(
 def sees_outcomes(membership: Membership) -> bool:
     """Outcomes (success, return, oracle facts) and policy names in blind projects are for researchers only."""
     return membership.role in (Role.RESEARCHER, Role.ADMIN)
+
+
+MANAGER_ROLES = (Role.RESEARCHER, Role.ADMIN)
