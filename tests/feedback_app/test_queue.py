@@ -1,0 +1,199 @@
+from __future__ import annotations
+
+import random
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from feedback_app import queue
+from feedback_app.models import Assignment, LabelKind, QueueItem
+from feedback_app.models.queue import AssignmentStatus
+
+
+@pytest.fixture
+def comparison_items(project, make_trajectory):
+    trajectories = [make_trajectory(3) for _ in range(4)]
+    return queue.enqueue_comparisons(project, queue.pairs_within_tasks(trajectories))
+
+
+@pytest.fixture
+def third_annotator(django_user_model, project):
+    from feedback_app.models import Membership
+
+    user = django_user_model.objects.create_user(username="annotator3", password="pw")
+    Membership.objects.create(user=user, project=project, role="annotator")
+    return user
+
+
+def test_it_queues_each_pair_once_in_canonical_order(project, make_trajectory):
+    first, second = make_trajectory(2), make_trajectory(2)
+    items = queue.enqueue_comparisons(project, [(second, first), (first, second)])
+    assert len(items) == 1
+    assert (items[0].trajectory_id, items[0].other_trajectory_id) == (first.pk, second.pk)
+    assert queue.enqueue_comparisons(project, [(first, second)]) == []
+
+
+def test_it_refuses_to_pair_trajectories_of_different_tasks(project, make_trajectory):
+    from feedback_app.models import Task
+
+    other_task = Task.objects.create(project=project, instruction="other", seed=99)
+    with pytest.raises(ValueError, match="different tasks"):
+        queue.enqueue_comparisons(project, [(make_trajectory(2), make_trajectory(2, task=other_task))])
+
+
+def test_it_serves_highest_priority_first(project, annotator, make_trajectory):
+    low = queue.enqueue_trajectories(project, [make_trajectory(2)], priority=0)[0]
+    high = queue.enqueue_trajectories(project, [make_trajectory(2)], priority=5)[0]
+    assignment = queue.next_assignment(annotator, project)
+    assert assignment.item == high
+    assert low.pk != high.pk
+
+
+def test_it_resumes_the_current_lease_instead_of_taking_another(project, annotator, comparison_items):
+    first = queue.next_assignment(annotator, project)
+    again = queue.next_assignment(annotator, project)
+    assert again.pk == first.pk
+    assert Assignment.objects.filter(annotator=annotator).count() == 1
+
+
+def test_it_never_gives_an_annotator_the_same_item_twice(project, annotator, comparison_items):
+    seen = []
+    while (assignment := queue.next_assignment(annotator, project)) is not None:
+        seen.append(assignment.item_id)
+        queue.skip(assignment)
+    assert sorted(seen) == sorted(item.pk for item in comparison_items)
+
+
+def test_it_fills_each_item_up_to_its_overlap_and_no_further(
+    project, annotator, other_annotator, third_annotator, make_trajectory
+):
+    item = queue.enqueue_trajectories(project, [make_trajectory(2)])[0]
+    assert item.overlap == 2
+    first = queue.next_assignment(annotator, project)
+    second = queue.next_assignment(other_annotator, project)
+    assert {first.slot, second.slot} == {0, 1}
+    assert queue.next_assignment(third_annotator, project) is None
+
+
+def test_an_expired_lease_returns_its_slot_to_the_pool(
+    project, annotator, other_annotator, third_annotator, make_trajectory
+):
+    queue.enqueue_trajectories(project, [make_trajectory(2)])
+    stale = queue.next_assignment(annotator, project)
+    queue.next_assignment(other_annotator, project)
+    later = timezone.now() + timedelta(minutes=project.lease_minutes + 1)
+    taken = queue.next_assignment(third_annotator, project, now=later)
+    assert taken is not None and taken.slot == stale.slot
+    stale.refresh_from_db()
+    assert stale.status == AssignmentStatus.EXPIRED
+
+
+def test_a_label_on_an_expired_lease_counts_while_the_item_needs_labels(project, annotator, make_trajectory):
+    item = queue.enqueue_trajectories(project, [make_trajectory(2)])[0]
+    assignment = queue.next_assignment(annotator, project)
+    later = timezone.now() + timedelta(minutes=project.lease_minutes + 1)
+    queue.complete(assignment, now=later)
+    item.refresh_from_db()
+    assert assignment.status == AssignmentStatus.DONE
+    assert item.completed_count == 1
+
+
+def test_a_label_on_an_expired_lease_is_refused_once_the_item_is_full(
+    project, annotator, other_annotator, third_annotator, make_trajectory
+):
+    item = queue.enqueue_trajectories(project, [make_trajectory(2)])[0]
+    stale = queue.next_assignment(annotator, project)
+    queue.complete(queue.next_assignment(other_annotator, project))
+    later = timezone.now() + timedelta(minutes=project.lease_minutes + 1)
+    queue.complete(queue.next_assignment(third_annotator, project, now=later), now=later)
+    with pytest.raises(queue.LeaseLost, match="expired"):
+        queue.complete(stale, now=later)
+    item.refresh_from_db()
+    assert item.completed_count == 2
+
+
+def test_completing_twice_counts_once(project, annotator, make_trajectory):
+    item = queue.enqueue_trajectories(project, [make_trajectory(2)])[0]
+    assignment = queue.next_assignment(annotator, project)
+    queue.complete(assignment)
+    queue.complete(assignment)
+    item.refresh_from_db()
+    assert item.completed_count == 1
+
+
+def test_a_skip_frees_the_slot_and_is_recorded(project, annotator, other_annotator, third_annotator, comparison_items):
+    assignment = queue.next_assignment(annotator, project)
+    queue.skip(assignment, "cannot tell from the map")
+    assignment.refresh_from_db()
+    assert assignment.status == AssignmentStatus.SKIPPED and assignment.skip_reason == "cannot tell from the map"
+    assert queue.next_assignment(annotator, project).item_id != assignment.item_id
+    assert queue.next_assignment(other_annotator, project).item_id == assignment.item_id
+
+
+def test_queue_counts_shrink_as_the_annotator_labels(project, annotator, comparison_items, make_trajectory):
+    queue.enqueue_trajectories(project, [make_trajectory(2)])
+    assert queue.queue_counts(project, annotator) == {"comparison": 6, "step_label": 1}
+    queue.complete(queue.next_assignment(annotator, project, kind=LabelKind.COMPARISON))
+    assert queue.queue_counts(project, annotator)["comparison"] == 5
+
+
+def test_gold_items_are_mixed_in_at_the_project_rate(project, annotator, make_trajectory):
+    trajectories = [make_trajectory(2) for _ in range(3)]
+    queue.enqueue_trajectories(project, trajectories[:2])
+    gold = QueueItem.objects.create(
+        project=project, kind="step_label", trajectory=trajectories[2], is_gold=True, gold_answer={"first_error": 1}
+    )
+    project.gold_fraction = 1.0
+    first = queue.next_assignment(annotator, project, rng=random.Random(0))
+    assert first.item == gold
+    project.gold_fraction = 0.0
+    queue.skip(first)
+    second = queue.next_assignment(annotator, project, rng=random.Random(0))
+    assert not second.item.is_gold
+
+
+def test_only_the_project_s_items_are_served(project, annotator, make_trajectory, gridworld_spec):
+    from feedback_app.models import Project
+
+    queue.enqueue_trajectories(project, [make_trajectory(2)])
+    elsewhere = Project.objects.create(name="Elsewhere", environment=gridworld_spec)
+    assert queue.next_assignment(annotator, elsewhere) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_annotators_never_share_a_slot_beyond_the_overlap(project, make_trajectory, django_user_model):
+    """Eight annotators ask for work at the same moment, from eight threads with their own connections."""
+    from feedback_app.models import Membership
+
+    items = queue.enqueue_trajectories(project, [make_trajectory(2) for _ in range(3)])
+    users = []
+    for n in range(8):
+        user = django_user_model.objects.create_user(username=f"crowd{n}")
+        Membership.objects.create(user=user, project=project, role="annotator")
+        users.append(user)
+    barrier = threading.Barrier(len(users))
+    results, errors = {}, []
+
+    def ask(user) -> None:
+        try:
+            barrier.wait()
+            results[user.pk] = queue.next_assignment(user, project)
+        except Exception as exc:  # the test reports it below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=ask, args=(user,)) for user in users]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    taken = [a for a in results.values() if a is not None]
+    assert len(taken) == len(items) * project.overlap == 6
+    slots = {(a.item_id, a.slot) for a in taken}
+    assert len(slots) == 6
+    assert Assignment.objects.filter(status=AssignmentStatus.LEASED).count() == 6
