@@ -190,3 +190,57 @@ def celery_worker_process(transactional_db, tmp_path):
         process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's Chromium driven through Playwright (no browser download)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"],
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def browser_page_for(chromium, live_server):
+    """`browser_page_for(user)` opens a page logged in as `user` (session cookie set directly, as after a login)."""
+    from django.conf import settings
+    from django.test import Client
+
+    contexts = []
+
+    def open_page(user, *, width: int = 1280, height: int = 900):
+        client = Client()
+        client.force_login(user)
+        context = chromium.new_context(viewport={"width": width, "height": height}, base_url=live_server.url)
+        context.add_cookies(
+            [
+                {
+                    "name": settings.SESSION_COOKIE_NAME,
+                    "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+                    "url": live_server.url,
+                }
+            ]
+        )
+        context.set_default_timeout(15_000)
+        contexts.append(context)
+        return context.new_page()
+
+    yield open_page
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def docs_dir():
+    """Where browser tests save the README's screenshots."""
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "docs"
+    path.mkdir(exist_ok=True)
+    return path
