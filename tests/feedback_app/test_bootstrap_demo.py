@@ -7,7 +7,16 @@ import io
 import pytest
 from django.core.management import call_command
 
-from feedback_app.models import Evaluation, Membership, PolicyVersion, Project, Task, TrainingRun, Trajectory
+from feedback_app.models import (
+    Evaluation,
+    Membership,
+    PolicyVersion,
+    Project,
+    QueueItem,
+    Task,
+    TrainingRun,
+    Trajectory,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -41,6 +50,9 @@ def test_bootstrap_demo_builds_the_demo_once_and_is_safe_to_repeat(settings, tmp
         "sampled",
     }
     assert Trajectory.objects.filter(project=project, policy_version=policy).count() == 6
+    # 3 tasks × 2 samples: one comparison per task, and every trajectory for step labels.
+    assert QueueItem.objects.filter(project=project, kind="comparison").count() == 3
+    assert QueueItem.objects.filter(project=project, kind="step_label").count() == 6
     logins = dict(line.split() for line in (tmp_path / "demo-logins.txt").read_text().splitlines())
     assert set(logins) == {"annotator", "researcher", "admin"}
     assert f"annotator   {logins['annotator']}" in first
@@ -49,5 +61,6 @@ def test_bootstrap_demo_builds_the_demo_once_and_is_safe_to_repeat(settings, tmp
 
     assert TrainingRun.objects.count() == 2, "a second start neither trains nor rolls out again"
     assert Trajectory.objects.count() == 6 and Task.objects.count() == 207
+    assert QueueItem.objects.count() == 9, "nothing is queued twice"
     assert "Base policy kept" in second
     assert f"annotator   {logins['annotator']}" in second, "the same passwords are printed again"

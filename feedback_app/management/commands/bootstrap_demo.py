@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from feedback_app import queue
 from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Project, Role, RunStatus, Task, TrainingRun
 from feedback_app.models.trajectories import TaskSplit
 from reward_models.envs import training_seeds
@@ -50,6 +51,7 @@ class Command(BaseCommand):
         logins = self._users(project)
         policy = self._policy(project, quick)
         self._first_rollouts(project, policy, review_tasks, samples)
+        self._queue(project, policy)
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS(f"Demo project '{project.name}' is ready."))
         self.stdout.write("Demo logins (username / password):")
@@ -154,3 +156,12 @@ class Command(BaseCommand):
             raise CommandError(f"The first rollouts failed:\n{run.error}")
         run.refresh_from_db()
         self.stdout.write(f"Stored {run.summary['trajectories']} trajectories.")
+
+    def _queue(self, project: Project, policy: PolicyVersion) -> None:
+        """Give the annotators work: every pair of the base policy's samples per task, and each trajectory for
+        step labels. Pairs and trajectories already queued are skipped."""
+        trajectories = list(project.trajectories.filter(policy_version=policy, parent__isnull=True))
+        comparisons = queue.enqueue_comparisons(project, queue.pairs_within_tasks(trajectories))
+        step_items = queue.enqueue_trajectories(project, trajectories)
+        if comparisons or step_items:
+            self.stdout.write(f"Queued {len(comparisons)} comparisons and {len(step_items)} step-label items.")
