@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from rest_framework import serializers
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -141,3 +144,80 @@ def messages_to_steps(messages: list[dict]) -> tuple[list[dict], str, str]:
         if not step["action"] and not step["tool_calls"]:
             raise serializers.ValidationError({"messages": "An assistant message needs content or tool calls."})
     return steps, "\n".join(instruction_parts), "\n".join(pending)
+
+
+class PreferenceImportSerializer(serializers.Serializer):
+    """One existing preference judgement: a prompt, the chosen answer and the rejected one.
+
+    Each of `prompt`, `chosen` and `rejected` is a plain string or a list of chat messages (TRL's conversational
+    format). Without `prompt`, chat-message `chosen` and `rejected` share it as their longest common prefix (TRL's
+    implicit-prompt format). `annotator` names a project member to credit; by default the importing user is.
+    """
+
+    external_id = serializers.CharField(required=False, max_length=240)
+    prompt = serializers.JSONField(required=False, help_text="A string, or a list of chat messages.")
+    chosen = serializers.JSONField(help_text="The preferred answer: a string, or a list of chat messages.")
+    rejected = serializers.JSONField(help_text="The other answer: a string, or a list of chat messages.")
+    strength = serializers.IntegerField(required=False, min_value=1, max_value=3, default=2)
+    margin = serializers.FloatField(required=False, allow_null=True, default=None)
+    rationale = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+    annotator = serializers.CharField(required=False, max_length=150, help_text="Username of a project member.")
+    metadata = serializers.DictField(required=False, default=dict)
+
+    def validate_annotator(self, value: str) -> str:
+        members = self.context.get("members")
+        if members is not None and value not in members:
+            raise serializers.ValidationError(f"No member of this project is named {value!r}.")
+        return value
+
+    def validate(self, attrs: dict) -> dict:
+        if "prompt" not in attrs:
+            if not (isinstance(attrs["chosen"], list) and isinstance(attrs["rejected"], list)):
+                raise serializers.ValidationError(
+                    {"prompt": "Give the prompt, or chosen and rejected as chat messages that begin with it."}
+                )
+            attrs["prompt"], attrs["chosen"], attrs["rejected"] = _split_shared_prompt(
+                attrs["chosen"], attrs["rejected"]
+            )
+        prompt = _as_messages(attrs["prompt"], "prompt", "user")
+        instruction = "\n\n".join(message["content"] for message in prompt if message.get("content"))
+        for side in ("chosen", "rejected"):
+            answer = _as_messages(attrs[side], side, "assistant")
+            try:
+                steps, _, trailing = messages_to_steps([*prompt, *answer])
+            except serializers.ValidationError as exc:
+                raise serializers.ValidationError({side: exc.detail["messages"]}) from None
+            if not steps:
+                raise serializers.ValidationError({side: "The answer needs at least one assistant message."})
+            if trailing:
+                raise serializers.ValidationError({side: "The answer must end with an assistant message."})
+            attrs[f"{side}_steps"] = steps
+        prompt_key = json.dumps(attrs["prompt"], sort_keys=True, ensure_ascii=False)
+        attrs["task"] = {
+            "external_id": "prompt-" + hashlib.sha256(prompt_key.encode()).hexdigest()[:40],
+            "instruction": instruction,
+            "spec": {"prompt": attrs["prompt"]},
+        }
+        return attrs
+
+
+def _as_messages(value, name: str, role: str) -> list[dict]:
+    if isinstance(value, str):
+        if not value.strip():
+            raise serializers.ValidationError({name: "Must not be empty."})
+        return [{"role": role, "content": value, "tool_calls": []}]
+    if not isinstance(value, list) or not value:
+        raise serializers.ValidationError({name: "Must be a string or a non-empty list of chat messages."})
+    messages = MessageSerializer(data=value, many=True)
+    if not messages.is_valid():
+        raise serializers.ValidationError({name: messages.errors})
+    return messages.validated_data
+
+
+def _split_shared_prompt(chosen: list, rejected: list) -> tuple[list, list, list]:
+    shared = 0
+    while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
+        shared += 1
+    if shared == 0:
+        raise serializers.ValidationError({"prompt": "chosen and rejected share no first message to take as prompt."})
+    return chosen[:shared], chosen[shared:], rejected[shared:]

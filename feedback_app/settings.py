@@ -6,6 +6,7 @@ Importing this module reads the environment and, at most, the generated secret k
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -173,10 +174,37 @@ TANDEM_POLICY_DEVICE = env_str("TANDEM_POLICY_DEVICE", "auto")
 TANDEM_TORCH_THREADS = env_int("TANDEM_TORCH_THREADS", 0, minimum=0)
 
 # --- REST framework -----------------------------------------------------------------------------------------------
+TANDEM_API_PAGE_SIZE = env_int("TANDEM_API_PAGE_SIZE", 50, minimum=1)
+TANDEM_API_MAX_PAGE_SIZE = env_int("TANDEM_API_MAX_PAGE_SIZE", 1000, minimum=1)
+# Request rates ("<n>/<second|minute|hour|day>"), counted in Django's cache (per process unless CACHES is shared).
+TANDEM_API_THROTTLE_RATES = {
+    "anon": env_str("TANDEM_API_THROTTLE_ANON", "300/hour"),
+    "user": env_str("TANDEM_API_THROTTLE_USER", "20000/hour"),
+    "imports": env_str("TANDEM_API_THROTTLE_IMPORTS", "200/hour"),
+}
+for _scope, _rate in TANDEM_API_THROTTLE_RATES.items():
+    if not re.fullmatch(r"\d+/(s|sec|second|m|min|minute|h|hour|d|day)", _rate):
+        raise ImproperlyConfigured(f"TANDEM_API_THROTTLE_{_scope.upper()} must look like 100/hour, got {_rate!r}.")
+# The largest import body (trajectories or preferences) the API accepts, in bytes.
+TANDEM_IMPORT_MAX_BYTES = env_int("TANDEM_IMPORT_MAX_BYTES", 100 * 1024 * 1024, minimum=1)
 REST_FRAMEWORK = {
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "feedback_app.api.schema.TandemAutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "feedback_app.api.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    # Keep ReadOnlyTokenPermission in any view that sets its own permission_classes (feedback_app.api.permissions).
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "feedback_app.api.permissions.ReadOnlyTokenPermission",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "feedback_app.api.pagination.ApiCursorPagination",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": TANDEM_API_THROTTLE_RATES,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Tandem API",
@@ -185,6 +213,16 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # No validator badge: Swagger UI would fetch it from validator.swagger.io.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    # Several models have a `status` or `source` with different choices: name each enum after its model.
+    "ENUM_NAME_OVERRIDES": {
+        "AssignmentStatusEnum": "feedback_app.models.queue.AssignmentStatus",
+        "RunStatusEnum": "feedback_app.models.runs.RunStatus",
+        "InterventionStatusEnum": "feedback_app.models.labels.InterventionStatus",
+        "TrajectorySourceEnum": "feedback_app.models.trajectories.TrajectorySource",
+        "ImportedSourceEnum": ["import", "human"],
+    },
 }
 
 LOGGING = {

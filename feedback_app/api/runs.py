@@ -1,0 +1,139 @@
+"""Assignments (read), training runs (read; launch a rollout; cancel) and evaluations."""
+
+from __future__ import annotations
+
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from feedback_app.access import MANAGER_ROLES
+from feedback_app.api.base import Conflict, ProjectScopedMixin
+from feedback_app.api.schema import ErrorSerializer
+from feedback_app.api.serializers import (
+    AssignmentSerializer,
+    EvaluationSerializer,
+    RolloutLaunchSerializer,
+    TrainingRunSerializer,
+)
+from feedback_app.models import Assignment, Evaluation, TrainingRun
+
+
+class AssignmentFilter(filters.FilterSet):
+    kind = filters.CharFilter(field_name="item__kind")
+
+    class Meta:
+        model = Assignment
+        fields = ["status", "annotator", "kind"]
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Assignments, newest first (annotators: only their own)"),
+    retrieve=extend_schema(summary="One assignment"),
+)
+class AssignmentViewSet(ProjectScopedMixin, viewsets.ReadOnlyModelViewSet):
+    serializer_class = AssignmentSerializer
+    filterset_class = AssignmentFilter
+
+    def get_queryset(self):
+        if self.is_schema_view:
+            return Assignment.objects.none()
+        assignments = Assignment.objects.filter(item__project=self.project).select_related("item", "annotator")
+        if not self.membership.can_manage:
+            assignments = assignments.filter(annotator=self.request.user)
+        return assignments
+
+
+class TrainingRunFilter(filters.FilterSet):
+    class Meta:
+        model = TrainingRun
+        fields = ["kind", "status", "base_policy"]
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Training, rollout and evaluation runs, newest first (researchers and admins)"),
+    retrieve=extend_schema(summary="One run with its progress, metrics, log and outcome"),
+    create=extend_schema(
+        summary="Launch a rollout run (researchers and admins)",
+        description="Records the run and enqueues it on the rollouts queue once the transaction commits.",
+        request=RolloutLaunchSerializer,
+        responses={201: TrainingRunSerializer},
+    ),
+)
+class TrainingRunViewSet(
+    ProjectScopedMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    read_roles = MANAGER_ROLES
+    serializer_class = TrainingRunSerializer
+    filterset_class = TrainingRunFilter
+
+    def get_queryset(self):
+        if self.is_schema_view:
+            return TrainingRun.objects.none()
+        return TrainingRun.objects.filter(project=self.project).select_related("created_by")
+
+    def create(self, request, *args, **kwargs) -> Response:
+        from training.rollouts import create_rollout_run
+        from training.tasks import rollout
+
+        launch = RolloutLaunchSerializer(data=request.data, context=self.get_serializer_context())
+        launch.is_valid(raise_exception=True)
+        data = launch.validated_data
+        run = create_rollout_run(self.project, data["policy_version"], data["rollout_config"], created_by=request.user)
+        rollout.delay_on_commit(run.pk)
+        return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Cancel a run (researchers and admins)",
+        description="A queued run is cancelled at once; a running one stops at its next progress report.",
+        request=None,
+        responses={
+            200: TrainingRunSerializer,
+            409: OpenApiResponse(ErrorSerializer, description="The run has already finished."),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, *args, **kwargs) -> Response:
+        from training.runs import request_cancel
+
+        run = self.get_object()
+        if not request_cancel(run):
+            raise Conflict(f"Run {run.pk} has already finished ({run.status}).")
+        run.refresh_from_db()
+        return Response(self.get_serializer(run).data)
+
+
+class EvaluationFilter(filters.FilterSet):
+    class Meta:
+        model = Evaluation
+        fields = ["policy_version", "run", "name", "decoding"]
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Evaluation figures, newest first (researchers and admins)"),
+    retrieve=extend_schema(summary="One evaluation figure"),
+    create=extend_schema(summary="Record an evaluation figure, e.g. from your own harness (researchers and admins)"),
+)
+class EvaluationViewSet(
+    ProjectScopedMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    read_roles = MANAGER_ROLES
+    serializer_class = EvaluationSerializer
+    filterset_class = EvaluationFilter
+
+    def get_queryset(self):
+        if self.is_schema_view:
+            return Evaluation.objects.none()
+        return Evaluation.objects.filter(project=self.project)
+
+    def perform_create(self, serializer) -> None:
+        serializer.save(project=self.project)

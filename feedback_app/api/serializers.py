@@ -1,0 +1,522 @@
+"""Serializers of the REST API's resources. The import row schemas live in feedback_app/serializers.py.
+
+Fields that reveal outcomes (success, returns, rewards, oracle facts) and, in blind projects, which policy made a
+trajectory are dropped for annotators by HiddenFieldsMixin; the schema documents them as "researchers and admins
+only".
+"""
+
+from __future__ import annotations
+
+from django.utils.text import slugify
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from feedback_app.api.base import HiddenFieldsMixin
+from feedback_app.models import (
+    Assignment,
+    Comparison,
+    Critique,
+    EnvironmentSpec,
+    Evaluation,
+    FeedbackKind,
+    Intervention,
+    PolicyVersion,
+    Project,
+    QueueItem,
+    Rating,
+    Step,
+    StepLabel,
+    Task,
+    TrainingRun,
+    Trajectory,
+)
+from feedback_app.models.trajectories import PolicyKind
+
+RESEARCHERS_ONLY = " Researchers and admins only: annotators do not get this field."
+
+
+def _in_project(serializer: serializers.Field, model, project_path: str = "project", **filters):
+    """A queryset of `model` limited to the request's project (all rows when building the schema)."""
+    project = serializer.context.get("project")
+    return model.objects.filter(**{project_path: project}, **filters) if project is not None else model.objects.all()
+
+
+@extend_schema_field(OpenApiTypes.INT)
+class ProjectRelatedField(serializers.PrimaryKeyRelatedField):
+    """A primary key that must name a row of the request's project: another project's id reads as "does not
+    exist", so ids do not leak across projects."""
+
+    def __init__(self, model=None, project_path: str = "project", **kwargs) -> None:
+        self.model = model
+        self.project_path = project_path
+        super().__init__(**kwargs)
+
+    def get_queryset(self):
+        return _in_project(self, self.model, self.project_path)
+
+
+# --- Projects -----------------------------------------------------------------------------------------------------
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    environment = serializers.SlugRelatedField(
+        slug_field="name", queryset=EnvironmentSpec.objects.all(), help_text="The environment spec's name."
+    )
+    feedback_kinds = serializers.ListField(
+        child=serializers.ChoiceField(choices=FeedbackKind.choices), allow_empty=False, required=False
+    )
+    role = serializers.SerializerMethodField(help_text="The caller's role in the project.")
+
+    class Meta:
+        model = Project
+        fields = [
+            "id",
+            "name",
+            "slug",
+            "description",
+            "guidelines",
+            "environment",
+            "feedback_kinds",
+            "overlap",
+            "blind",
+            "lease_minutes",
+            "gold_fraction",
+            "role",
+            "created_at",
+        ]
+        read_only_fields = ["slug", "created_at"]
+        extra_kwargs = {
+            "overlap": {"min_value": 1},
+            "lease_minutes": {"min_value": 1},
+            "gold_fraction": {"min_value": 0.0, "max_value": 1.0},
+        }
+
+    def get_role(self, project: Project) -> str | None:
+        roles = self.context.get("roles") or {}
+        return roles.get(project.pk)
+
+    def validate_name(self, value: str) -> str:
+        slug = slugify(value)[:80]
+        if not slug:
+            raise serializers.ValidationError("The name needs at least one letter or digit (it makes the slug).")
+        # The slug is made from the name once, on creation.
+        if self.instance is None and Project.objects.filter(slug=slug).exists():
+            raise serializers.ValidationError(f"A project with the slug {slug!r} already exists.")
+        return value
+
+
+# --- Tasks and policy versions ------------------------------------------------------------------------------------
+
+
+class TaskSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Task
+        fields = ["id", "instruction", "seed", "spec", "split", "external_id", "created_at"]
+        read_only_fields = ["created_at"]
+
+    def validate(self, attrs: dict) -> dict:
+        for name in ("seed", "external_id"):
+            value = attrs.get(name)
+            if value is None:
+                continue
+            clash = _in_project(self, Task, **{name: value})
+            if self.instance is not None:
+                clash = clash.exclude(pk=self.instance.pk)
+            if clash.exists():
+                raise serializers.ValidationError({name: f"Another task of this project has {name} {value!r}."})
+        return attrs
+
+
+class PolicyVersionSerializer(serializers.ModelSerializer):
+    parent = ProjectRelatedField(model=PolicyVersion, required=False, allow_null=True)
+
+    class Meta:
+        model = PolicyVersion
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "weights_path",
+            "endpoint_url",
+            "endpoint_model",
+            "generation",
+            "parent",
+            "produced_by",
+            "notes",
+            "created_at",
+        ]
+        read_only_fields = ["produced_by", "created_at"]
+
+    def validate(self, attrs: dict) -> dict:
+        merged = {
+            name: attrs.get(name, getattr(self.instance, name, ""))
+            for name in ("kind", "weights_path", "endpoint_url", "name")
+        }
+        kind = merged["kind"] or PolicyKind.LOCAL
+        if kind == PolicyKind.LOCAL and not merged["weights_path"]:
+            raise serializers.ValidationError({"weights_path": "A local policy needs a model directory."})
+        if kind == PolicyKind.ENDPOINT and not merged["endpoint_url"]:
+            raise serializers.ValidationError({"endpoint_url": "An endpoint policy needs the endpoint's base URL."})
+        if self.instance is not None and attrs.get("parent") == self.instance:
+            raise serializers.ValidationError({"parent": "A policy version cannot be its own parent."})
+        clash = _in_project(self, PolicyVersion, name=merged["name"])
+        if self.instance is not None:
+            clash = clash.exclude(pk=self.instance.pk)
+        if clash.exists():
+            raise serializers.ValidationError({"name": "Another policy version of this project has this name."})
+        return attrs
+
+
+# --- Trajectories -------------------------------------------------------------------------------------------------
+
+
+class TrajectoryStepSerializer(HiddenFieldsMixin, serializers.ModelSerializer):
+    class Meta:
+        model = Step
+        fields = [
+            "id",
+            "index",
+            "observation",
+            "reasoning",
+            "action",
+            "tool_calls",
+            "media",
+            "render",
+            "done",
+            "env_reward",
+            "logprob",
+        ]
+        read_only_fields = fields
+        outcome_fields = ("env_reward", "logprob")
+        extra_kwargs = {
+            "env_reward": {"help_text": "The environment's reward for this step." + RESEARCHERS_ONLY},
+            "logprob": {"help_text": "The policy's log-probability of the action." + RESEARCHERS_ONLY},
+        }
+
+
+class TrajectorySerializer(HiddenFieldsMixin, serializers.ModelSerializer):
+    policy_name = serializers.CharField(source="policy_version.name", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = Trajectory
+        fields = [
+            "id",
+            "task",
+            "source",
+            "parent",
+            "branch_step_index",
+            "sample_index",
+            "external_id",
+            "num_steps",
+            "created_at",
+            "policy_version",
+            "policy_name",
+            "rollout_run",
+            "total_env_reward",
+            "success",
+            "outcome_return",
+            "oracle",
+            "metadata",
+        ]
+        read_only_fields = fields
+        outcome_fields = ("total_env_reward", "success", "outcome_return", "oracle", "metadata")
+        policy_fields = ("policy_version", "policy_name", "rollout_run")
+        blind = " In a blind project, researchers and admins only."
+        extra_kwargs = {
+            "policy_version": {"help_text": "The policy version that produced it." + blind},
+            "rollout_run": {"help_text": "The rollout run that produced it." + blind},
+            "total_env_reward": {"help_text": "Sum of the steps' environment rewards." + RESEARCHERS_ONLY},
+            "success": {"help_text": "Whether the episode succeeded." + RESEARCHERS_ONLY},
+            "outcome_return": {"help_text": "The true return." + RESEARCHERS_ONLY},
+            "oracle": {"help_text": "Hidden oracle facts, e.g. per-step correctness." + RESEARCHERS_ONLY},
+            "metadata": {"help_text": "Free-form facts from the rollout or the import." + RESEARCHERS_ONLY},
+        }
+
+
+class TrajectoryDetailSerializer(TrajectorySerializer):
+    steps = TrajectoryStepSerializer(many=True, read_only=True)
+
+    class Meta(TrajectorySerializer.Meta):
+        fields = [*TrajectorySerializer.Meta.fields, "steps"]
+        read_only_fields = fields
+
+
+# --- Assignments --------------------------------------------------------------------------------------------------
+
+
+class QueueItemSerializer(HiddenFieldsMixin, serializers.ModelSerializer):
+    class Meta:
+        model = QueueItem
+        fields = ["id", "kind", "trajectory", "other_trajectory", "priority", "overlap", "is_gold", "gold_answer"]
+        read_only_fields = fields
+        # An annotator must not know which items are gold, nor their answers.
+        outcome_fields = ("is_gold", "gold_answer")
+
+
+class AssignmentSerializer(serializers.ModelSerializer):
+    item = QueueItemSerializer(read_only=True)
+    annotator_username = serializers.CharField(source="annotator.username", read_only=True)
+
+    class Meta:
+        model = Assignment
+        fields = [
+            "id",
+            "item",
+            "annotator",
+            "annotator_username",
+            "slot",
+            "status",
+            "leased_until",
+            "created_at",
+            "finished_at",
+            "skip_reason",
+        ]
+        read_only_fields = fields
+
+
+# --- Runs and evaluations -----------------------------------------------------------------------------------------
+
+
+class TrainingRunSerializer(serializers.ModelSerializer):
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    progress_fraction = serializers.FloatField(read_only=True)
+
+    class Meta:
+        model = TrainingRun
+        fields = [
+            "id",
+            "kind",
+            "status",
+            "config",
+            "snapshot",
+            "base_policy",
+            "inputs",
+            "progress_current",
+            "progress_total",
+            "progress_fraction",
+            "metrics",
+            "summary",
+            "log",
+            "artifact_dir",
+            "error",
+            "cancel_requested",
+            "attempts",
+            "created_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class RolloutLaunchSerializer(serializers.Serializer):
+    """Launch a rollout run: the policy version plays tasks and the trajectories come back for review."""
+
+    kind = serializers.ChoiceField(choices=["rollout"], default="rollout", help_text="Only rollout runs for now.")
+    policy_version = ProjectRelatedField(model=PolicyVersion)
+    config = serializers.DictField(
+        required=False,
+        default=dict,
+        help_text="Rollout settings: task_ids, split, num_tasks, samples_per_task, greedy, temperature, seed, "
+        "max_turns (training.rollouts.RolloutConfig).",
+    )
+
+    def validate(self, attrs: dict) -> dict:
+        from training.rollouts import RolloutConfig
+
+        try:
+            attrs["rollout_config"] = RolloutConfig.from_dict(attrs["config"])
+        except (TypeError, ValueError) as exc:
+            raise serializers.ValidationError({"config": str(exc)}) from None
+        if attrs["policy_version"].kind == PolicyKind.EXTERNAL:
+            raise serializers.ValidationError(
+                {"policy_version": "An external policy cannot be rolled out by Tandem; import its trajectories."}
+            )
+        return attrs
+
+
+class EvaluationSerializer(serializers.ModelSerializer):
+    policy_version = ProjectRelatedField(model=PolicyVersion, required=False, allow_null=True)
+    run = ProjectRelatedField(model=TrainingRun, required=False, allow_null=True)
+
+    class Meta:
+        model = Evaluation
+        fields = ["id", "policy_version", "run", "name", "decoding", "value", "stderr", "n", "details", "created_at"]
+        read_only_fields = ["created_at"]
+
+    def validate(self, attrs: dict) -> dict:
+        if attrs.get("policy_version") is None and attrs.get("run") is None:
+            raise serializers.ValidationError({"policy_version": "Give the policy version or the run it measures."})
+        return attrs
+
+
+# --- Labels -------------------------------------------------------------------------------------------------------
+
+LABEL_FIELDS = [
+    "id",
+    "annotator",
+    "annotator_username",
+    "revision",
+    "supersedes",
+    "is_current",
+    "client_token",
+    "seconds_spent",
+    "query_strategy",
+    "assignment",
+    "created_at",
+]
+LABEL_READ_ONLY = ["revision", "supersedes", "is_current", "query_strategy", "created_at"]
+
+
+class LabelSerializer(serializers.ModelSerializer):
+    """Fields every label kind shares. The annotator is always the caller; `client_token` (a UUID the client makes
+    per submit) turns a retried POST into a 200 with the stored row instead of a second label."""
+
+    annotator = serializers.PrimaryKeyRelatedField(read_only=True)
+    annotator_username = serializers.CharField(source="annotator.username", read_only=True)
+    client_token = serializers.UUIDField(
+        required=False, allow_null=True, help_text="Make one per submit; a retry with the same token is stored once."
+    )
+    seconds_spent = serializers.FloatField(required=False, allow_null=True, min_value=0)
+    assignment = ProjectRelatedField(
+        model=Assignment,
+        project_path="item__project",
+        required=False,
+        allow_null=True,
+        help_text="Your assignment this label answers; it is marked done in the same transaction.",
+    )
+
+    def validate_assignment(self, assignment: Assignment | None) -> Assignment | None:
+        request = self.context.get("request")
+        if assignment is not None and request is not None and assignment.annotator_id != request.user.pk:
+            raise serializers.ValidationError("This assignment is not yours.")
+        return assignment
+
+
+class LabelRevisionMixin:
+    """For PUT and PATCH: what the label is about is fixed, only its judgement changes (as a new revision)."""
+
+    fixed_fields: tuple[str, ...] = ("assignment",)
+
+    def get_fields(self) -> dict:
+        fields = super().get_fields()
+        for name in (*self.Meta.model.item_fields, *self.fixed_fields):
+            fields[name].read_only = True
+            fields[name].required = False
+        return fields
+
+
+class ComparisonSerializer(LabelSerializer):
+    trajectory_a = ProjectRelatedField(model=Trajectory)
+    trajectory_b = ProjectRelatedField(model=Trajectory)
+
+    class Meta:
+        model = Comparison
+        fields = [*LABEL_FIELDS, "trajectory_a", "trajectory_b", "choice", "strength", "rationale", "displayed_order"]
+        read_only_fields = LABEL_READ_ONLY
+        extra_kwargs = {
+            "choice": {"help_text": "a, b, tie or both_bad, relative to trajectory_a and trajectory_b as sent."},
+            "displayed_order": {"help_text": "ab if trajectory_a was shown on the left, ba otherwise."},
+        }
+
+    def validate(self, attrs: dict) -> dict:
+        # Stored in canonical order (a.id < b.id): a pair sent the other way round is swapped with its choice and
+        # its displayed order, so it means the same.
+        a, b = attrs.get("trajectory_a"), attrs.get("trajectory_b")
+        if self.instance is None and a is not None and b is not None and a.pk > b.pk:
+            attrs["trajectory_a"], attrs["trajectory_b"] = b, a
+            attrs["choice"] = {"a": "b", "b": "a"}.get(attrs["choice"], attrs["choice"])
+            attrs["displayed_order"] = "ba" if attrs.get("displayed_order", "ab") == "ab" else "ab"
+        return attrs
+
+
+class StepLabelSerializer(LabelSerializer):
+    step = ProjectRelatedField(model=Step, project_path="trajectory__project")
+    trajectory = serializers.IntegerField(source="step.trajectory_id", read_only=True)
+
+    class Meta:
+        model = StepLabel
+        fields = [*LABEL_FIELDS, "step", "trajectory", "value"]
+        read_only_fields = LABEL_READ_ONLY
+
+
+class CritiqueSerializer(LabelSerializer):
+    trajectory = ProjectRelatedField(model=Trajectory)
+    step = ProjectRelatedField(model=Step, project_path="trajectory__project", required=False, allow_null=True)
+    tags = serializers.ListField(child=serializers.CharField(max_length=100), required=False, default=list)
+
+    class Meta:
+        model = Critique
+        fields = [*LABEL_FIELDS, "trajectory", "step", "span_field", "span_start", "span_end", "text", "tags"]
+        read_only_fields = LABEL_READ_ONLY
+
+
+class RatingSerializer(LabelSerializer):
+    trajectory = ProjectRelatedField(model=Trajectory)
+
+    class Meta:
+        model = Rating
+        fields = [*LABEL_FIELDS, "trajectory", "score", "thumb_up", "comment"]
+        read_only_fields = LABEL_READ_ONLY
+        extra_kwargs = {"score": {"min_value": 1, "max_value": 5}}
+
+    def validate(self, attrs: dict) -> dict:
+        score = attrs.get("score", getattr(self.instance, "score", None))
+        thumb = attrs.get("thumb_up", getattr(self.instance, "thumb_up", None))
+        if score is None and thumb is None:
+            raise serializers.ValidationError({"score": "Give a score (1–5), a thumb, or both."})
+        return attrs
+
+
+class InterventionSerializer(LabelSerializer):
+    trajectory = ProjectRelatedField(model=Trajectory)
+    step = ProjectRelatedField(model=Step, project_path="trajectory__project")
+    takeover_actions = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+
+    class Meta:
+        model = Intervention
+        fields = [
+            *LABEL_FIELDS,
+            "trajectory",
+            "step",
+            "original_action",
+            "original_reasoning",
+            "corrected_action",
+            "corrected_reasoning",
+            "takeover_actions",
+            "reason",
+            "child_trajectory",
+            "status",
+            "error",
+        ]
+        read_only_fields = [
+            *LABEL_READ_ONLY,
+            "original_action",
+            "original_reasoning",
+            "child_trajectory",
+            "status",
+            "error",
+        ]
+
+
+class ComparisonRevisionSerializer(LabelRevisionMixin, ComparisonSerializer):
+    pass
+
+
+class StepLabelRevisionSerializer(LabelRevisionMixin, StepLabelSerializer):
+    pass
+
+
+class CritiqueRevisionSerializer(LabelRevisionMixin, CritiqueSerializer):
+    pass
+
+
+class RatingRevisionSerializer(LabelRevisionMixin, RatingSerializer):
+    pass
+
+
+class InterventionRevisionSerializer(LabelRevisionMixin, InterventionSerializer):
+    # A different action is a different branch of the rollout (checked against the environment and continued by
+    # the policy): only the explanation of a correction is revised.
+    fixed_fields = ("assignment", "corrected_action", "takeover_actions")
