@@ -110,28 +110,44 @@ def store_episodes(
     sample_counter: dict[int, int] = {}
     trajectories = []
     for task, episode in zip(tasks, episodes, strict=True):
-        oracle = asdict(episode.oracle) if episode.oracle else {}
         trajectories.append(
-            Trajectory(
+            trajectory_for_episode(
+                episode,
                 project_id=run.project_id,
                 task=task,
                 policy_version_id=run.base_policy_id,
-                source="policy",
                 rollout_run=run,
                 sample_index=sample_counter.setdefault(task.pk, 0),
-                num_steps=episode.length,
-                total_env_reward=episode.total_reward,
-                success=episode.success,
-                outcome_return=oracle.get("true_return", episode.total_reward),
-                oracle=oracle,
-                metadata={
-                    **generation,
-                    "truncated": episode.truncated,
-                    "final_observation": episode.final_observation,
-                },
+                metadata=generation,
             )
         )
         sample_counter[task.pk] += 1
+    save_trajectories(trajectories, episodes)
+    return trajectories
+
+
+def trajectory_for_episode(
+    episode: Episode, *, project_id: int, task: Task, metadata: dict[str, Any] | None = None, **fields: Any
+) -> Trajectory:
+    """An unsaved Trajectory of `episode`, with its outcome and the oracle's hidden facts (source "policy" unless
+    `fields` say otherwise)."""
+    oracle = asdict(episode.oracle) if episode.oracle else {}
+    fields.setdefault("source", "policy")
+    return Trajectory(
+        project_id=project_id,
+        task=task,
+        num_steps=episode.length,
+        total_env_reward=episode.total_reward,
+        success=episode.success,
+        outcome_return=oracle.get("true_return", episode.total_reward),
+        oracle=oracle,
+        metadata={**(metadata or {}), "truncated": episode.truncated, "final_observation": episode.final_observation},
+        **fields,
+    )
+
+
+def save_trajectories(trajectories: list[Trajectory], episodes: list[Episode]) -> None:
+    """Insert `trajectories` (from `trajectory_for_episode`) and their episodes' steps in one transaction."""
     with transaction.atomic():
         Trajectory.objects.bulk_create(trajectories, batch_size=500)
         Step.objects.bulk_create(
@@ -152,7 +168,6 @@ def store_episodes(
             ),
             batch_size=2000,
         )
-    return trajectories
 
 
 def _summary(run: TrainingRun) -> dict[str, Any]:

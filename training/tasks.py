@@ -31,3 +31,18 @@ def bootstrap_policy(run_id: int) -> str | None:
     from training.bootstrap import run_bootstrap
 
     return execute_run(run_id, run_bootstrap)
+
+
+@shared_task(
+    name="training.continue_intervention",
+    acks_late=True,
+    autoretry_for=(ConnectionError,),
+    retry_backoff=True,
+    max_retries=3,
+)
+def continue_intervention(intervention_id: int) -> int | None:
+    """Continue an annotator's intervention with the current policy (the `rollouts` queue); see
+    training.interventions. Only an unreachable policy endpoint is retried."""
+    from training.interventions import continue_intervention as make_child
+
+    return make_child(intervention_id)

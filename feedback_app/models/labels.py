@@ -265,7 +265,8 @@ class Intervention(LabelBase):
     """The annotator replaced the action at `step` (and, in takeover mode, played further steps by hand); the
     policy continues from the corrected prefix in `child_trajectory`."""
 
-    item_fields = ("trajectory", "step")
+    # The original step is part of what is labelled: a revision keeps it.
+    item_fields = ("trajectory", "step", "original_action", "original_reasoning")
     content_fields = ("corrected_action", "corrected_reasoning", "takeover_actions", "reason")
 
     trajectory = models.ForeignKey("feedback_app.Trajectory", on_delete=models.CASCADE, related_name="interventions")
