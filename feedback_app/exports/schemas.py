@@ -1,0 +1,73 @@
+"""The columns of every export kind as Arrow schemas: Parquet files are written with them, and JSONL rows carry
+the same keys in the same order. Fixed schemas keep every row group, and an empty export, typed the same way."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from feedback_app.exports.filters import ExportKind, Style
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def export_schema(kind: ExportKind, style: Style = Style.CONVERSATIONAL) -> pa.Schema:
+    import pyarrow as pa
+
+    from feedback_app.exports.raw import RAW_COLUMNS
+
+    messages = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+    turns = messages if style == Style.CONVERSATIONAL else pa.string()
+    ids = pa.list_(pa.int64())
+    provenance = [("annotator_ids", ids), ("label_ids", ids)]
+    pair = [("prompt", turns), ("chosen", turns), ("rejected", turns), ("margin", pa.float64())]
+    pair += [("agreement", pa.float64()), ("rationale", pa.string()), *provenance]
+    pair_trajectories = [("chosen_trajectory_id", pa.int64()), ("rejected_trajectory_id", pa.int64())]
+    trajectory = [("trajectory_id", pa.int64()), ("task_id", pa.int64())]
+
+    if kind == ExportKind.PREFERENCE:
+        fields = [*pair, ("task_id", pa.int64()), *pair_trajectories]
+    elif kind == ExportKind.STEP_PREFERENCE:
+        fields = [*pair, ("source", pa.string()), ("step_index", pa.int64()), ("task_id", pa.int64())]
+        fields += pair_trajectories
+    elif kind == ExportKind.STEPWISE:
+        fields = [("prompt", pa.string()), ("completions", pa.list_(pa.string())), ("labels", pa.list_(pa.bool_()))]
+        fields += [("step_indices", ids), ("agreement", pa.float64()), *provenance, *trajectory]
+    elif kind == ExportKind.UNPAIRED:
+        fields = [("prompt", turns), ("completion", turns), ("label", pa.bool_()), ("agreement", pa.float64())]
+        fields += [*provenance, *trajectory]
+    elif kind == ExportKind.SFT:
+        fields = [("messages", messages), ("source", pa.string()), ("step_index", pa.int64()), *provenance]
+        fields += trajectory
+    elif kind == ExportKind.CRITIQUES:
+        fields = [("prompt", turns), ("completion", turns), *trajectory, ("step_index", pa.int64())]
+        fields += [("span_field", pa.string()), ("span_start", pa.int64()), ("span_end", pa.int64())]
+        fields += [("span_text", pa.string()), ("tags", pa.list_(pa.string())), *provenance]
+    else:
+        types = {
+            "label_kind": pa.string(),
+            "is_current": pa.bool_(),
+            "annotator": pa.string(),
+            "created_at": pa.timestamp("us", tz="UTC"),
+            "seconds_spent": pa.float64(),
+            "query_strategy": pa.string(),
+            "is_gold": pa.bool_(),
+            "gold_answer": pa.string(),
+            "displayed_order": pa.string(),
+            "choice": pa.string(),
+            "rationale": pa.string(),
+            "span_field": pa.string(),
+            "text": pa.string(),
+            "tags": pa.list_(pa.string()),
+            "thumb_up": pa.bool_(),
+            "comment": pa.string(),
+            "original_reasoning": pa.string(),
+            "original_action": pa.string(),
+            "corrected_reasoning": pa.string(),
+            "corrected_action": pa.string(),
+            "takeover_actions": pa.list_(pa.string()),
+            "reason": pa.string(),
+        }
+        # Everything else in the raw layout is an id, an index or a small integer.
+        fields = [(name, types.get(name, pa.int64())) for name in RAW_COLUMNS]
+    return pa.schema(fields)

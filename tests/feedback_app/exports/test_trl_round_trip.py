@@ -1,0 +1,231 @@
+"""Exports go from the HTTP endpoint straight into `datasets` and TRL's trainers, with no reshaping in between."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def artifact_root(settings, tmp_path):
+    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
+
+
+@pytest.fixture
+def download(client, labelled_project, researcher, tmp_path):
+    """`download(kind, format, **filters)`: the export fetched over HTTP, loaded with `datasets.load_dataset`."""
+    from datasets import load_dataset
+
+    client.force_login(researcher)
+
+    def fetch(kind: str, fmt: str = "jsonl", **filters):
+        response = client.get(f"/api/projects/{labelled_project.pk}/exports/{kind}", {"format": fmt, **filters})
+        assert response.status_code == 200
+        path = tmp_path / f"{kind}.{fmt}"
+        path.write_bytes(b"".join(response.streaming_content))
+        builder = "json" if fmt == "jsonl" else "parquet"
+        return load_dataset(builder, data_files=str(path), split="train", cache_dir=str(tmp_path / "hf-cache"))
+
+    return fetch
+
+
+def training_args(config_class, tmp_path, **overrides):
+    return config_class(
+        output_dir=str(tmp_path / "out"),
+        max_steps=3,
+        per_device_train_batch_size=2,
+        learning_rate=5e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+        seed=0,
+        **overrides,
+    )
+
+
+def parameters_of(model) -> dict:
+    return {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+
+
+def assert_trained(trainer, before: dict) -> None:
+    after = dict(trainer.model.named_parameters())
+    assert any(not after[name].detach().equal(value) for name, value in before.items()), "no parameter changed"
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
+    assert losses[0] != losses[-1], f"the loss did not move: {losses}"
+
+
+def assert_tokenizes(tokenizer, conversations) -> None:
+    """Every word of the exported turns is in the tiny policy's vocabulary (no <unk> once templated)."""
+    for messages in conversations:
+        ids = tokenizer.apply_chat_template(messages, tokenize=True)
+        ids = ids["input_ids"] if isinstance(ids, dict) else ids
+        assert tokenizer.unk_token_id not in ids, tokenizer.decode(ids)
+
+
+def tiny_config(tokenizer, **extra):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        pad_token_id=tokenizer.pad_token_id,
+        **extra,
+    )
+
+
+def test_reward_trainer_trains_on_the_preference_export(download, policy_tokenizer, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+    from trl import RewardConfig, RewardTrainer
+
+    dataset = download("preference")
+    assert {"prompt", "chosen", "rejected", "margin"} <= set(dataset.column_names)
+    assert_tokenizes(policy_tokenizer, (row["prompt"] + row["chosen"] for row in dataset))
+    model = AutoModelForSequenceClassification.from_config(tiny_config(policy_tokenizer, num_labels=1))
+    before = parameters_of(model)
+
+    trainer = RewardTrainer(
+        model=model,
+        args=training_args(RewardConfig, tmp_path),
+        train_dataset=dataset,
+        processing_class=policy_tokenizer,
+    )
+    trainer.train()
+
+    assert_trained(trainer, before)
+
+
+def test_reward_trainer_also_reads_the_text_style(download, policy_tokenizer, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+    from trl import RewardConfig, RewardTrainer
+
+    dataset = download("preference", "parquet", style="text")
+    assert isinstance(dataset[0]["chosen"], str)
+    model = AutoModelForSequenceClassification.from_config(tiny_config(policy_tokenizer, num_labels=1))
+    before = parameters_of(model)
+    trainer = RewardTrainer(
+        model=model,
+        args=training_args(RewardConfig, tmp_path),
+        train_dataset=dataset,
+        processing_class=policy_tokenizer,
+    )
+    trainer.train()
+    assert_trained(trainer, before)
+
+
+def test_dpo_trainer_trains_the_policy_on_the_preference_export(download, policy_tokenizer, tiny_policy_dir, tmp_path):
+    from trl import DPOConfig, DPOTrainer
+
+    dataset = download("preference")
+    # The policy directory is a saved model, so DPO builds its reference model from the same path.
+    trainer = DPOTrainer(
+        model=str(tiny_policy_dir),
+        args=training_args(DPOConfig, tmp_path, max_length=512),
+        train_dataset=dataset,
+        processing_class=policy_tokenizer,
+    )
+    before = parameters_of(trainer.model)
+    trainer.train()
+    assert_trained(trainer, before)
+
+
+def test_dpo_trainer_trains_on_step_preferences(download, policy_tokenizer, tiny_policy_dir, tmp_path):
+    from trl import DPOConfig, DPOTrainer
+
+    dataset = download("step_preference")
+    assert set(dataset["source"]) == {"intervention", "comparison"}
+    assert_tokenizes(policy_tokenizer, (row["prompt"] + row["chosen"] for row in dataset))
+    trainer = DPOTrainer(
+        model=str(tiny_policy_dir),
+        args=training_args(DPOConfig, tmp_path, max_length=512),
+        train_dataset=dataset,
+        processing_class=policy_tokenizer,
+    )
+    before = parameters_of(trainer.model)
+    trainer.train()
+    assert_trained(trainer, before)
+
+
+def test_kto_trainer_trains_on_the_unpaired_export(download, policy_tokenizer, tiny_policy_dir, tmp_path):
+    from trl import KTOConfig, KTOTrainer
+
+    dataset = download("unpaired", "parquet")
+    assert set(dataset["label"]) == {True, False}
+    assert_tokenizes(policy_tokenizer, (row["prompt"] + row["completion"] for row in dataset))
+    trainer = KTOTrainer(
+        model=str(tiny_policy_dir),
+        args=training_args(KTOConfig, tmp_path, max_length=512),
+        train_dataset=dataset,
+        processing_class=policy_tokenizer,
+    )
+    before = parameters_of(trainer.model)
+    trainer.train()
+    assert_trained(trainer, before)
+
+
+def test_sft_trainer_trains_on_the_sft_export(download, policy_tokenizer, tiny_policy_dir, tmp_path):
+    from trl import SFTConfig, SFTTrainer
+
+    dataset = download("sft")
+    assert set(dataset["source"]) == {"intervention", "demonstration"}
+    assert_tokenizes(policy_tokenizer, dataset["messages"])
+    trainer = SFTTrainer(
+        model=str(tiny_policy_dir),
+        args=training_args(SFTConfig, tmp_path, max_length=512),
+        train_dataset=dataset,
+        processing_class=policy_tokenizer,
+    )
+    before = parameters_of(trainer.model)
+    trainer.train()
+    assert_trained(trainer, before)
+
+
+def test_a_token_classifier_prm_trains_on_the_stepwise_export(download, policy_tokenizer):
+    """Labels sit on the last token of each step's piece (the step separator); everything else is ignored."""
+    import torch
+    from transformers import AutoModelForTokenClassification
+
+    dataset = download("stepwise", neutral="negative")
+    inputs, targets = [], []
+    for row in dataset:
+        ids = policy_tokenizer(row["prompt"], add_special_tokens=False)["input_ids"]
+        labels = [-100] * len(ids)
+        for completion, good in zip(row["completions"], row["labels"], strict=True):
+            piece = policy_tokenizer(completion, add_special_tokens=False)["input_ids"]
+            ids += piece
+            labels += [-100] * (len(piece) - 1) + [int(good)]
+        inputs.append(ids)
+        targets.append(labels)
+    assert sum(label != -100 for labels in targets for label in labels) == sum(len(row["labels"]) for row in dataset)
+    length = max(map(len, inputs))
+    pad = policy_tokenizer.pad_token_id
+    input_ids = torch.tensor([ids + [pad] * (length - len(ids)) for ids in inputs])
+    attention_mask = torch.tensor([[1] * len(ids) + [0] * (length - len(ids)) for ids in inputs])
+    labels = torch.tensor([labels + [-100] * (length - len(labels)) for labels in targets])
+
+    torch.manual_seed(0)
+    model = AutoModelForTokenClassification.from_config(tiny_config(policy_tokenizer, num_labels=2))
+    before = parameters_of(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(3):
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+
+    assert all(math.isfinite(loss) for loss in losses)
+    assert losses[-1] < losses[0]
+    after = dict(model.named_parameters())
+    assert any(not after[name].detach().equal(value) for name, value in before.items())
