@@ -54,7 +54,7 @@ def open_items(project: Project, user, *, kind: str | None = None, now: datetime
         items = items.filter(kind=kind)
     return (
         items.exclude(Exists(Assignment.objects.filter(item=OuterRef("pk"), annotator=user)))
-        .annotate(held=Coalesce(Subquery(held), 0))
+        .alias(held=Coalesce(Subquery(held), 0))  # filtered on, not selected
         .filter(held__lt=F("overlap"))
         .order_by("-priority", "id")
     )
@@ -125,14 +125,12 @@ def _take_one(items: QuerySet, project: Project, user, now: datetime) -> Assignm
 
 def _free_slot(item: QueueItem, now: datetime) -> int | None:
     """Expire stale leases on `item`, then return its lowest free slot. Call with the item locked."""
-    Assignment.objects.filter(item=item, status=AssignmentStatus.LEASED, leased_until__lt=now).update(
-        status=AssignmentStatus.EXPIRED
-    )
-    used = set(
-        Assignment.objects.filter(item=item, status__in=(AssignmentStatus.LEASED, AssignmentStatus.DONE)).values_list(
-            "slot", flat=True
-        )
-    )
+    held = Assignment.objects.filter(item=item, status__in=(AssignmentStatus.LEASED, AssignmentStatus.DONE))
+    rows = list(held.values_list("pk", "slot", "status", "leased_until"))
+    stale = {pk for pk, _, status, until in rows if status == AssignmentStatus.LEASED and until < now}
+    if stale:  # usually none: one query instead of two on the annotators' busiest path
+        Assignment.objects.filter(pk__in=stale).update(status=AssignmentStatus.EXPIRED)
+    used = {slot for pk, slot, _, _ in rows if pk not in stale}
     return next((slot for slot in range(item.overlap) if slot not in used), None)
 
 
@@ -162,8 +160,12 @@ def complete(assignment: Assignment, *, now: datetime | None = None) -> Assignme
     now = now or timezone.now()
     if assignment.status == AssignmentStatus.DONE:
         return assignment
-    item = QueueItem.objects.select_for_update().get(pk=assignment.item_id)
-    if assignment.status != AssignmentStatus.LEASED or assignment.leased_until < now:
+    if assignment.status == AssignmentStatus.LEASED and assignment.leased_until >= now:
+        # A live lease holds its slot, so the item has room: count the label at once. Updating the item first
+        # takes its row lock in the same order as _take_one (item, then its assignments).
+        QueueItem.objects.filter(pk=assignment.item_id).update(completed_count=F("completed_count") + 1)
+    else:
+        item = QueueItem.objects.select_for_update().get(pk=assignment.item_id)
         Assignment.objects.filter(pk=assignment.pk).update(status=AssignmentStatus.EXPIRED)
         slot = _free_slot(item, now)
         if slot is None:
@@ -172,10 +174,10 @@ def complete(assignment: Assignment, *, now: datetime | None = None) -> Assignme
                 "so this label was not stored. Your next item is ready."
             )
         assignment.slot = slot
+        QueueItem.objects.filter(pk=item.pk).update(completed_count=F("completed_count") + 1)
     assignment.status = AssignmentStatus.DONE
     assignment.finished_at = now
     assignment.save(update_fields=["slot", "status", "finished_at"])
-    QueueItem.objects.filter(pk=item.pk).update(completed_count=F("completed_count") + 1)
     return assignment
 
 
@@ -233,9 +235,13 @@ def enqueue_trajectories(
     query_strategy: str = "random",
     overlap: int | None = None,
 ) -> list[QueueItem]:
-    """Queue single trajectories for step labels (with critique and rating) or intervention; no duplicates."""
-    if kind == LabelKind.COMPARISON:
-        raise ValueError("kind: comparisons pair two trajectories; use enqueue_comparisons")
+    """Queue single trajectories for review; a trajectory already queued is skipped.
+
+    A single-trajectory item is served on the step page, where the annotator labels steps and may also critique,
+    rate and intervene; so `step_label` is the one kind of item a lone trajectory gets.
+    """
+    if kind != LabelKind.STEP_LABEL:
+        raise ValueError(f"kind: a single trajectory is queued for step_label review, not {kind!r}")
     trajectories = list(trajectories)
     existing = set(
         QueueItem.objects.filter(

@@ -2,18 +2,75 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from feedback_app.views import health, projects, trajectories
+from feedback_app.views import (
+    compare,
+    health,
+    history,
+    intervene,
+    projects,
+    quality,
+    steps,
+    tokens,
+    trajectories,
+    workspace,
+)
 
 urlpatterns = [
     path("", projects.home, name="home"),
     path("projects/<int:project_pk>/", projects.project_detail, name="project-detail"),
+    path("projects/<int:project_pk>/quality/", quality.project_quality, name="project-quality"),
     path(
         "projects/<int:project_pk>/trajectories/<int:trajectory_pk>/",
         trajectories.trajectory_detail,
         name="trajectory-detail",
     ),
+    path("projects/<int:project_pk>/compare/", compare.compare_next, name="compare-next"),
+    path("projects/<int:project_pk>/compare/<int:assignment_pk>/", compare.compare_submit, name="compare-submit"),
+    path(
+        "projects/<int:project_pk>/assignments/<int:assignment_pk>/skip",
+        workspace.skip_assignment,
+        name="assignment-skip",
+    ),
+    path("projects/<int:project_pk>/history/", history.history, name="history"),
+    path(
+        "projects/<int:project_pk>/history/<str:kind>/<int:label_pk>/",
+        history.label_revisions,
+        name="history-label",
+    ),
+    # Step labels, critiques, ratings and interventions (feedback_app/views/steps.py, intervene.py).
+    path("projects/<int:project_pk>/label/", steps.label_next, name="label-next"),
+    path(
+        "projects/<int:project_pk>/trajectories/<int:trajectory_pk>/steps/",
+        steps.trajectory_steps,
+        name="trajectory-steps",
+    ),
+    path(
+        "projects/<int:project_pk>/trajectories/<int:trajectory_pk>/steps/<int:index>/label",
+        steps.step_label,
+        name="step-label",
+    ),
+    path(
+        "projects/<int:project_pk>/trajectories/<int:trajectory_pk>/steps/<int:index>/first-error",
+        steps.first_error,
+        name="step-first-error",
+    ),
+    path("projects/<int:project_pk>/trajectories/<int:trajectory_pk>/critiques/", steps.critique, name="critique-add"),
+    path("projects/<int:project_pk>/trajectories/<int:trajectory_pk>/rating", steps.rating, name="trajectory-rate"),
+    path("projects/<int:project_pk>/assignments/<int:assignment_pk>/finish", steps.finish, name="step-labels-finish"),
+    path(
+        "projects/<int:project_pk>/trajectories/<int:trajectory_pk>/steps/<int:index>/intervene",
+        intervene.intervene,
+        name="intervene",
+    ),
+    path(
+        "projects/<int:project_pk>/interventions/<int:intervention_pk>/",
+        intervene.intervention_status,
+        name="intervention-status",
+    ),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("account/tokens/", tokens.token_list, name="api-tokens"),
+    path("account/tokens/<int:token_pk>/revoke/", tokens.revoke_token, name="api-token-revoke"),
     path("api/", include("feedback_app.api.urls")),
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
