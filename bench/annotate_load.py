@@ -6,11 +6,13 @@ trajectories, comparison items and N annotators, and starts gunicorn on it. Then
 thread with its own keep-alive connection) logs in through the login form, opens the compare page, and repeatedly
 thinks for a while and sends the real submit-and-next POST (htmx headers, the page's CSRF token and client token),
 reading the next item out of the answer. It prints the labels per second sustained after a warm-up, the p50/p99
-latency of the submit-and-next request, the CPU both sides used, and checks that the stored labels equal the
-successful submits and that no item got more labels than its overlap.
+latency of the submit-and-next request, the CPU that gunicorn, PostgreSQL and the client used, and checks that the
+stored labels equal the successful submits and that no item got more labels than its overlap. The database is
+dropped at the end unless --keep-database is given.
 
-    .venv/bin/python bench/annotate_load.py
-    .venv/bin/python bench/annotate_load.py --annotators 96 --think-ms 300 --duration 30 --workers 3 --threads 4
+    .venv/bin/python bench/annotate_load.py                      # 80 annotators: the server's ceiling
+    .venv/bin/python bench/annotate_load.py --annotators 12      # latency below the ceiling
+    .venv/bin/python bench/annotate_load.py --workers 4 --threads 2 --think-ms 500 --duration 60
 
 The client runs on the same machine as gunicorn and PostgreSQL and takes its share of the CPU; the output says how
 much.
@@ -24,6 +26,7 @@ import os
 import random
 import re
 import secrets
+import shutil
 import socket
 import statistics
 import subprocess
@@ -433,8 +436,8 @@ def main() -> None:
         print(f"submit-and-next max:       {max(latencies_ms):8.1f} ms")
     print(f"lease lost (409) answers:  {sum(1 for s in window if s.status == 409):8d}")
     print(
-        f"CPU, cores busy on average: gunicorn {cpu_server / seconds:.2f}, PostgreSQL {cpu_postgres / seconds:.2f}, "
-        f"benchmark client {cpu_client / seconds:.2f} (of {os.cpu_count()} cores)"
+        f"CPU, cores busy on average: gunicorn {cpu_server / seconds:.2f}, PostgreSQL {cpu_postgres / seconds:.2f} "
+        f"(every database on the server), benchmark client {cpu_client / seconds:.2f} (of {os.cpu_count()} cores)"
     )
     print("Note: the simulated annotators run on this same machine and use its CPU too.")
     if any(a.queue_empty for a in annotators):
@@ -444,6 +447,7 @@ def main() -> None:
           f"{'yes' if not problems else 'NO'}")  # fmt: skip
     for problem in problems:
         print("  problem:", problem)
+    shutil.rmtree(data_dir, ignore_errors=True)
     if not args.keep_database:
         connections.close_all()
         drop_database(database_url)
