@@ -128,9 +128,7 @@ def label_step(
     seconds_spent: float | None = None,
 ) -> Stored:
     """Label one step +1 / 0 / -1. Labelling it again with another value writes a new revision."""
-    _check_kind_enabled(trajectory, LabelKind.STEP_LABEL)
-    if assignment is not None:
-        _check_assignment(user, assignment, LabelKind.STEP_LABEL, trajectory)
+    _check_trajectory_label(user, trajectory, LabelKind.STEP_LABEL, assignment, item_kind=LabelKind.STEP_LABEL)
     if value not in StepLabelValue.values:
         raise ValidationError({"value": f"A step label is +1, 0 or -1, not {value!r}."})
     if (earlier := _by_token(StepLabel, user, client_token)) is not None:
@@ -216,9 +214,7 @@ def add_critique(
     seconds_spent: float | None = None,
 ) -> Stored:
     """A critique of the whole trajectory, of one step, or of a character span of one field of a step."""
-    _check_kind_enabled(trajectory, LabelKind.CRITIQUE)
-    if assignment is not None:
-        _check_assignment(user, assignment, None, trajectory)
+    _check_trajectory_label(user, trajectory, LabelKind.CRITIQUE, assignment)
     if (earlier := _by_token(Critique, user, client_token)) is not None:
         return Stored(earlier, False)
     if not text or not text.strip():
@@ -267,9 +263,7 @@ def rate(
     seconds_spent: float | None = None,
 ) -> Stored:
     """A trajectory-level rating: a 1–5 score, a thumb, or both. Rating again writes a new revision."""
-    _check_kind_enabled(trajectory, LabelKind.RATING)
-    if assignment is not None:
-        _check_assignment(user, assignment, None, trajectory)
+    _check_trajectory_label(user, trajectory, LabelKind.RATING, assignment)
     if (earlier := _by_token(Rating, user, client_token)) is not None:
         return Stored(earlier, False)
     if score is None and thumb_up is None:
@@ -316,9 +310,7 @@ def intervene(
     from feedback_app.interventions import validate_correction
     from training.tasks import continue_intervention
 
-    _check_kind_enabled(trajectory, LabelKind.INTERVENTION)
-    if assignment is not None:
-        _check_assignment(user, assignment, None, trajectory)
+    _check_trajectory_label(user, trajectory, LabelKind.INTERVENTION, assignment)
     if (earlier := _by_token(Intervention, user, client_token)) is not None:
         return Stored(earlier, False)
     step = _step(trajectory, step_index)
@@ -388,9 +380,14 @@ def _check_assignment(user, assignment: Assignment, kind: str | None, trajectory
         raise ValidationError({"assignment": "The trajectory is not part of this item."})
 
 
-def _check_kind_enabled(trajectory: Trajectory, kind: str) -> None:
+def _check_trajectory_label(
+    user, trajectory: Trajectory, kind: str, assignment: Assignment | None, *, item_kind: str | None = None
+) -> None:
+    """The project collects `kind`, and the assignment, if any, is the user's and covers `trajectory`."""
     if kind not in trajectory.project.feedback_kinds:
         raise ValidationError({"kind": f"This project does not collect {LabelKind(kind).label.lower()}s."})
+    if assignment is not None:
+        _check_assignment(user, assignment, item_kind, trajectory)
 
 
 def _step(trajectory: Trajectory, index: Any) -> Step:
