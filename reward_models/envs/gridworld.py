@@ -213,6 +213,17 @@ class GridOracle:
     def success(self, actions: Sequence[str]) -> bool:
         return self._trace(actions)[-1] == self.layout.goal
 
+    def progress_return(self, actions: Sequence[str]) -> float:
+        """A graded true return that also orders failures: a success scores 1 plus a bonus for the steps it left
+        unused (up to 0.5), a failure ``0.5 * (1 - final distance / start distance)``, below every success and
+        negative when the agent ended further away than it started. Simulated annotators and evaluation compare
+        trajectories of one task with it, so two failures are not a tie when one got closer to the goal."""
+        positions = self._trace(actions)
+        if positions[-1] == self.layout.goal:
+            return 1.0 + 0.5 * (self.max_steps - (len(positions) - 1)) / self.max_steps
+        start = self.distances[self.layout.start]
+        return 0.5 * (1.0 - self.distances[positions[-1]] / start)
+
     def step_correct(self, actions: Sequence[str]) -> list[bool]:
         positions = self._trace(actions)
         pairs = zip(positions, positions[1:], strict=False)

@@ -132,3 +132,35 @@ def encode_turns(
         TurnEncoding(prompt_ids=prompt, completion_ids=completion + [tokenizer.eos_token_id])
         for prompt, completion in zip(prompt_ids, completion_ids, strict=True)
     ]
+
+
+# --- plain-text transcripts (the `text` style of Tandem's exports) ----------------------------------------------
+
+
+def transcript(messages: Sequence[Message]) -> str:
+    """The plain-text transcript of `messages`, one ``Role: content`` line each (``render_prompt``'s form)."""
+    return "\n".join(f"{message['role'].capitalize()}: {message['content']}" for message in messages)
+
+
+def text_pair(prompt: Sequence[Message], completion: Sequence[Message]) -> tuple[str, str]:
+    """The text prompt (ending where the assistant's answer starts, as ``render_prompt`` ends it) and the text
+    completion; their concatenation is the transcript of the whole conversation."""
+    prompt_text = transcript(prompt)
+    if completion and completion[0]["role"] == "assistant":
+        prompt_text += "\nAssistant:"
+    full = transcript([*prompt, *completion])
+    return prompt_text, full[len(prompt_text) :]
+
+
+def text_steps(messages: Sequence[Message]) -> tuple[str, list[str]]:
+    """The text prompt (instruction and first observation) and one piece per step of a trajectory conversation:
+    piece ``i`` runs from the end of decision ``i - 1`` to the end of decision ``i``, so it holds observation ``i``
+    and decision ``i``, and the prompt followed by every piece is the transcript."""
+    prompt_text, rest = text_pair(messages[:2], messages[2:])
+    # Line m of the transcript ends at offset ends[m] (lines are joined by one newline).
+    ends, offset = [], -1
+    for message in messages:
+        offset += len(message["role"]) + 2 + len(message["content"]) + 1
+        ends.append(offset)
+    cuts = [ends[2 + 2 * step] - len(prompt_text) for step in range((len(messages) - 1) // 2)]
+    return prompt_text, [rest[start:end] for start, end in zip([0, *cuts], cuts, strict=False)]

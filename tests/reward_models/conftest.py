@@ -28,6 +28,8 @@ SHORT_BOOTSTRAP = {
     "batch_size": 64,
     "eval_tasks": 16,
     "lr": 3e-3,
+    # The default wall-clock budget would cut the run short on a loaded machine and make it nondeterministic.
+    "max_seconds": 1800.0,
 }
 
 
@@ -92,3 +94,12 @@ class OraclePolicy:
 @pytest.fixture
 def oracle_policy() -> type[OraclePolicy]:
     return OraclePolicy
+
+
+@pytest.fixture(scope="session")
+def tiny_base_model(tmp_path_factory) -> Path:
+    """An untrained tiny Llama directory whose word tokenizer covers every word of `reward_models.oracle_data`'s
+    rows (gridworld turns, transcript roles, critique templates): the base model of the judge-pipeline tests."""
+    from reward_models.oracle_data import build_tiny_base
+
+    return build_tiny_base(tmp_path_factory.mktemp("base") / "tiny")

@@ -1,0 +1,339 @@
+"""Gridworld episodes labelled by the hidden oracle, in the layouts of Tandem's exports, with no Django.
+
+The judge-model pipelines train on exported snapshots. This module makes rows in exactly those layouts from scripted
+gridworld episodes, labelled the way a B-Pref scripted teacher would label them, so that the pipelines can be
+tested, benchmarked and held against the oracle without a database:
+
+- `preference_rows`: pairs within a task, preferred by the oracle's `progress_return` (a success beats a failure, a
+  shorter success beats a longer one, and of two failures the one that ended nearer the goal wins), through
+  P(a > b) = sigmoid(beta * (R_a - R_b)) with a mistake rate `epsilon`; differences within `equal_threshold` are ties.
+- `stepwise_rows`: PRM800K-style step labels from the oracle's per-step correctness (a step is good when it brings
+  the agent nearer the goal), flipped with probability `epsilon`; `intervention_rows` are the RLIF-style labels an
+  intervention at the first wrong step implies.
+- `returns_rows`: the environment's per-step rewards, for the value critic.
+- `critique_rows`: template critiques that name the first wrong step.
+
+The demonstrator is the bootstrap's: its reasoning states the true offset to the goal, and its action is a
+shortest-path move except that, with probability ``noise``, it is uniformly random. Mixing noise levels gives
+successes and failures of every length on the same task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from reward_models.envs.base import training_seeds
+from reward_models.envs.gridworld import ACTIONS, INSTRUCTION, GridWorld
+from reward_models.policy.bootstrap import goal_reasoning
+from reward_models.policy.turns import Message, format_decision, text_pair, text_steps, transcript
+
+PAIR_TYPES = ("both_succeeded", "one_succeeded", "both_failed")
+CRITIQUE_REQUEST = "Critique this trajectory."
+# Strength by the size of the oracle difference, mapped to the exports' margins (strength 1, 2, 3 -> 0, 0.5, 1).
+MARGIN_BY_DIFFERENCE = ((0.5, 1.0), (0.2, 0.5), (0.0, 0.0))
+
+
+@dataclass
+class OracleEpisode:
+    """One scripted episode and everything the oracle knows about it. `messages` is the trajectory conversation of
+    the exports: the instruction, then each step's observation (user) and decision (assistant)."""
+
+    trajectory_id: int
+    task_id: int
+    noise: float
+    messages: list[Message]
+    actions: list[str]
+    rewards: list[float]
+    success: bool
+    step_correct: list[bool]
+    score: float
+    env_config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def first_error(self) -> int | None:
+        return next((index for index, correct in enumerate(self.step_correct) if not correct), None)
+
+
+def scripted_episodes(
+    n_tasks: int,
+    per_task: int = 2,
+    noises: Sequence[float] = (0.1, 0.4, 0.8),
+    seed: int = 0,
+    *,
+    seeds: Iterable[int] | None = None,
+    env_config: dict[str, Any] | None = None,
+) -> list[OracleEpisode]:
+    """`per_task` episodes on each of `n_tasks` tasks (training seeds, or the given `seeds`, e.g. the environment's
+    held-out `eval_seeds()`), each with a noise level drawn from `noises`. Deterministic for the same arguments."""
+    env = GridWorld(**(env_config or {}))
+    rng = random.Random(seed)
+    task_seeds = list(seeds)[:n_tasks] if seeds is not None else list(training_seeds(env, n_tasks))
+    episodes = []
+    for task_seed in task_seeds:
+        task = env.make_task(task_seed)
+        oracle = env.oracle(task)
+        for _ in range(per_task):
+            noise = rng.choice(list(noises))
+            observation = env.reset(task)
+            messages: list[Message] = [{"role": "system", "content": INSTRUCTION}]
+            actions, rewards, done = [], [], False
+            while not done:
+                best = oracle.best_actions(actions)
+                action = rng.choice(ACTIONS) if rng.random() < noise or not best else rng.choice(best)
+                messages.append({"role": "user", "content": observation})
+                messages.append({"role": "assistant", "content": format_decision(goal_reasoning(observation), action)})
+                result = env.step(action)
+                actions.append(action)
+                rewards.append(result.reward)
+                observation, done = result.observation, result.done
+            episodes.append(
+                OracleEpisode(
+                    trajectory_id=len(episodes) + 1,
+                    task_id=task_seed,
+                    noise=noise,
+                    messages=messages,
+                    actions=actions,
+                    rewards=rewards,
+                    success=oracle.success(actions),
+                    step_correct=oracle.step_correct(actions),
+                    score=oracle.progress_return(actions),
+                    env_config=dict(env_config or {}),
+                )
+            )
+    return episodes
+
+
+def pair_type(a: OracleEpisode, b: OracleEpisode) -> str:
+    return PAIR_TYPES[2 - (a.success + b.success)]
+
+
+def oracle_pairs(episodes: Sequence[OracleEpisode]) -> list[tuple[OracleEpisode, OracleEpisode]]:
+    """Every pair of episodes of the same task, in a stable order."""
+    by_task: dict[int, list[OracleEpisode]] = {}
+    for episode in episodes:
+        by_task.setdefault(episode.task_id, []).append(episode)
+    return [pair for task in sorted(by_task) for pair in combinations(by_task[task], 2)]
+
+
+def preference_rows(
+    episodes: Sequence[OracleEpisode],
+    *,
+    beta: float | None = None,
+    epsilon: float = 0.0,
+    equal_threshold: float = 0.0,
+    ties: str = "drop",
+    style: str = "conversational",
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Preference rows for the pairs within each task. `beta` None is a perfectly rational teacher (the higher
+    oracle return always wins); otherwise the winner is drawn with P(a > b) = sigmoid(beta * (R_a - R_b)). With
+    probability `epsilon` the answer is flipped. Pairs whose returns differ by at most `equal_threshold` are ties:
+    dropped, or with ``ties="include"`` kept as rows with ``tie: true``. Rows carry `pair_type` and
+    `oracle_preferred` (the row's chosen side is the oracle's better one) for evaluation."""
+    if ties not in ("drop", "include"):
+        raise ValueError(f"ties must be 'drop' or 'include', got {ties!r}")
+    rng = random.Random(seed)
+    rows = []
+    for a, b in oracle_pairs(episodes):
+        difference = a.score - b.score
+        tie = abs(difference) <= equal_threshold
+        if tie and ties == "drop":
+            continue
+        if tie:
+            chosen, rejected = a, b
+        else:
+            p_a = (1.0 if difference > 0 else 0.0) if beta is None else 1.0 / (1.0 + math.exp(-beta * difference))
+            a_wins = rng.random() < p_a
+            if rng.random() < epsilon:
+                a_wins = not a_wins
+            chosen, rejected = (a, b) if a_wins else (b, a)
+        margin = 0.0 if tie else next(m for bound, m in MARGIN_BY_DIFFERENCE if abs(difference) > bound)
+        prompt, chosen_part, rejected_part = chosen.messages[:2], chosen.messages[2:], rejected.messages[2:]
+        if style == "text":
+            prompt_text, chosen_part = text_pair(prompt, chosen_part)
+            _, rejected_part = text_pair(prompt, rejected_part)
+            prompt = prompt_text
+        rows.append(
+            {
+                "prompt": prompt,
+                "chosen": chosen_part,
+                "rejected": rejected_part,
+                "margin": margin,
+                "agreement": 1.0,
+                "rationale": "",
+                "annotator_ids": [0],
+                "label_ids": [len(rows) + 1],
+                "task_id": a.task_id,
+                "chosen_trajectory_id": chosen.trajectory_id,
+                "rejected_trajectory_id": rejected.trajectory_id,
+                "tie": tie,
+                "pair_type": pair_type(a, b),
+                "oracle_preferred": chosen.score > rejected.score,
+            }
+        )
+    return rows
+
+
+def stepwise_rows(episodes: Sequence[OracleEpisode], *, epsilon: float = 0.0, seed: int = 0) -> list[dict[str, Any]]:
+    """One row per episode: every step labelled by the oracle's correctness, each label flipped with probability
+    `epsilon`. Rows carry `oracle_labels` (the unflipped truth) for evaluation."""
+    rng = random.Random(seed)
+    rows = []
+    for episode in episodes:
+        prompt, pieces = text_steps(episode.messages)
+        labels = [correct != (rng.random() < epsilon) for correct in episode.step_correct]
+        rows.append(_stepwise_row(episode, prompt, pieces, labels, "label"))
+    return rows
+
+
+def intervention_rows(episodes: Sequence[OracleEpisode]) -> list[dict[str, Any]]:
+    """The step labels an intervention at each episode's first wrong step implies (RLIF): the steps before it
+    accepted, the intervened step rejected. Episodes without a wrong step give none."""
+    rows = []
+    for episode in episodes:
+        error = episode.first_error
+        if error is None:
+            continue
+        prompt, pieces = text_steps(episode.messages)
+        labels = [True] * error + [False]
+        rows.append(_stepwise_row(episode, prompt, pieces[: error + 1], labels, "intervention"))
+    return rows
+
+
+def _stepwise_row(
+    episode: OracleEpisode, prompt: str, pieces: list[str], labels: list[bool], source: str
+) -> dict[str, Any]:
+    return {
+        "prompt": prompt,
+        "completions": pieces,
+        "labels": labels,
+        "step_indices": list(range(len(pieces))),
+        "agreement": 1.0,
+        "annotator_ids": [0],
+        "label_ids": [episode.trajectory_id],
+        "trajectory_id": episode.trajectory_id,
+        "task_id": episode.task_id,
+        "source": source,
+        "oracle_labels": episode.step_correct[: len(pieces)],
+    }
+
+
+def returns_rows(episodes: Sequence[OracleEpisode], *, with_rewards: bool = True) -> list[dict[str, Any]]:
+    """One row per episode with the environment's per-step rewards (or, with `with_rewards` False, null rewards
+    and outcome, as for trajectories imported without them)."""
+    rows = []
+    for episode in episodes:
+        prompt, pieces = text_steps(episode.messages)
+        rows.append(
+            {
+                "prompt": prompt,
+                "completions": pieces,
+                "rewards": list(episode.rewards) if with_rewards else None,
+                "success": episode.success if with_rewards else None,
+                "trajectory_id": episode.trajectory_id,
+                "task_id": episode.task_id,
+                "policy_version_id": None,
+            }
+        )
+    return rows
+
+
+def critique_text(episode: OracleEpisode) -> str:
+    """The template critique: the first wrong step and what it should have done, or praise for a clean run."""
+    error = episode.first_error
+    if error is None:
+        return (
+            "every step moves toward the goal ; the agent reaches the goal"
+            if episode.success
+            else ("every step moves toward the goal but the agent runs out of steps")
+        )
+    env = GridWorld(**episode.env_config)
+    best = " or ".join(env.oracle(env.make_task(episode.task_id)).best_actions(episode.actions[:error]))
+    return f"step {error + 1} is wrong : {episode.actions[error]} moves away from the goal ; {best} was better"
+
+
+def critique_rows(episodes: Sequence[OracleEpisode], *, style: str = "conversational") -> list[dict[str, Any]]:
+    """One whole-trajectory critique per episode, laid out as the `critiques` export writes them."""
+    rows = []
+    for episode in episodes:
+        request = f"{transcript(episode.messages)}\n\n{CRITIQUE_REQUEST}"
+        prompt: Any = [{"role": "user", "content": request}]
+        completion: Any = [{"role": "assistant", "content": critique_text(episode)}]
+        if style == "text":
+            prompt, completion = text_pair(prompt, completion)
+        rows.append(
+            {
+                "prompt": prompt,
+                "completion": completion,
+                "trajectory_id": episode.trajectory_id,
+                "task_id": episode.task_id,
+                "step_index": None,
+                "span_field": "",
+                "span_start": None,
+                "span_end": None,
+                "span_text": "",
+                "tags": [],
+                "annotator_ids": [0],
+                "label_ids": [episode.trajectory_id],
+            }
+        )
+    return rows
+
+
+def vocabulary() -> list[str]:
+    """Every word these rows hold beyond the gridworld policy's own (transcript roles, the critique request and
+    templates), for building a word tokenizer that covers them."""
+    return [
+        "System: User: Assistant:",
+        CRITIQUE_REQUEST,
+        "Critique the last step. this part of step's reasoning observation action",
+        "step is wrong : moves away from the goal ; or was better",
+        "every step moves toward the goal ; the agent reaches but runs out of steps",
+        " ".join(str(n) for n in range(1, 65)),
+    ]
+
+
+def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
+    """Rows as JSON lines, in the exports' compact UTF-8 form."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+    return path
+
+
+def build_tiny_base(
+    path: str | Path,
+    *,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    intermediate_size: int = 64,
+    max_positions: int = 2048,
+    seed: int = 0,
+) -> Path:
+    """An untrained tiny Llama directory whose word tokenizer covers every word of these rows (gridworld turns,
+    transcript roles, critique templates): a base model for judge pipelines on oracle data, built offline."""
+    from reward_models.policy.bootstrap import vocabulary_corpus
+    from reward_models.policy.model import build_tiny_llama, save_policy
+    from reward_models.policy.tokenizer import build_word_tokenizer
+
+    tokenizer = build_word_tokenizer([*vocabulary_corpus(GridWorld()), *vocabulary()])
+    model = build_tiny_llama(
+        tokenizer,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        intermediate_size=intermediate_size,
+        max_positions=max_positions,
+        seed=seed,
+    )
+    return save_policy(model, tokenizer, path, history_window=0, max_new_tokens=32)

@@ -1,0 +1,88 @@
+"""The oracle-labelled gridworld rows that the judge pipelines train and are evaluated on."""
+
+from __future__ import annotations
+
+import json
+
+from reward_models.envs.gridworld import GridWorld
+from reward_models.oracle_data import (
+    critique_rows,
+    intervention_rows,
+    preference_rows,
+    returns_rows,
+    scripted_episodes,
+    stepwise_rows,
+    write_jsonl,
+)
+from reward_models.policy.turns import transcript
+
+LAYOUT = ["A . . .", ". # # .", ". . . G", ". . . ."]
+
+
+def test_progress_return_orders_successes_by_length_and_failures_by_distance():
+    oracle = GridWorld(max_steps=10).oracle({"layout": [row.replace(" ", "") for row in LAYOUT]})
+    short = ["down", "down", "right", "right", "right"]
+    long = ["up", *short]
+    near_failure = ["down", "down", "right", "right", "left", "right", "left", "right", "left", "right"]
+    far_failure = ["up"] * 10
+    scores = [oracle.progress_return(actions) for actions in (short, long, near_failure, far_failure)]
+    assert scores == sorted(scores, reverse=True)
+    assert scores[1] > 1.0 > 0.5 > scores[2]
+    assert scores[3] == 0.0  # never moved: no progress at all
+
+
+def test_a_rational_teacher_always_prefers_the_oracle_better_trajectory_and_a_contrary_one_never():
+    episodes = scripted_episodes(20, per_task=3, seed=1)
+    rational = preference_rows(episodes)
+    contrary = preference_rows(episodes, epsilon=1.0)
+    assert rational and all(row["oracle_preferred"] for row in rational)
+    assert not any(row["oracle_preferred"] for row in contrary)
+    assert {row["pair_type"] for row in rational} == {"both_succeeded", "one_succeeded", "both_failed"}
+
+
+def test_ties_are_dropped_or_kept_as_tie_rows():
+    episodes = scripted_episodes(20, per_task=3, seed=2)
+    dropped = preference_rows(episodes, equal_threshold=0.05)
+    kept = preference_rows(episodes, equal_threshold=0.05, ties="include")
+    ties = [row for row in kept if row["tie"]]
+    assert ties and len(kept) == len(dropped) + len(ties)
+    assert all(row["margin"] == 0.0 for row in ties)
+
+
+def test_text_rows_are_the_transcript_cut_where_the_answer_starts():
+    episodes = scripted_episodes(1, per_task=2, seed=3)
+    row = preference_rows(episodes, style="text", ties="include")[0]
+    by_id = {episode.trajectory_id: transcript(episode.messages) for episode in episodes}
+    assert row["prompt"].endswith("\nAssistant:")
+    assert row["prompt"] + row["chosen"] == by_id[row["chosen_trajectory_id"]]
+    assert row["prompt"] + row["rejected"] == by_id[row["rejected_trajectory_id"]]
+
+
+def test_step_labels_follow_the_oracle_and_interventions_reject_the_first_wrong_step():
+    episodes = scripted_episodes(10, per_task=2, noises=(0.6,), seed=4)
+    rows = stepwise_rows(episodes)
+    assert [row["labels"] for row in rows] == [episode.step_correct for episode in episodes]
+    assert all(
+        row["prompt"] + "".join(row["completions"]) == transcript(e.messages)
+        for row, e in zip(rows, episodes, strict=True)
+    )
+    flipped = stepwise_rows(episodes, epsilon=1.0)
+    assert all(row["labels"] == [not label for label in row["oracle_labels"]] for row in flipped)
+    for row in intervention_rows(episodes):
+        assert row["source"] == "intervention"
+        assert row["labels"][-1] is False and all(row["labels"][:-1])
+
+
+def test_returns_and_critiques_rows_round_trip_through_jsonl(tmp_path):
+    episodes = scripted_episodes(5, per_task=2, seed=5)
+    returns = returns_rows(episodes)
+    assert [sum(row["rewards"]) for row in returns] == [float(episode.success) for episode in episodes]
+    assert all(row["rewards"] is None for row in returns_rows(episodes, with_rewards=False))
+    critiques = critique_rows(episodes)
+    wrong = [episode for episode in episodes if episode.first_error is not None]
+    assert wrong, "noisy episodes should contain a wrong step"
+    by_id = {row["trajectory_id"]: row for row in critiques}
+    for episode in wrong:
+        assert f"step {episode.first_error + 1} is wrong" in by_id[episode.trajectory_id]["completion"][0]["content"]
+    path = write_jsonl(critiques, tmp_path / "critiques.jsonl")
+    assert [json.loads(line) for line in path.read_text().splitlines()] == critiques
