@@ -29,8 +29,10 @@ from feedback_app.exports import (
     ExportFormat,
     ExportKind,
     ExportRequestError,
+    Interventions,
     Neutral,
     Style,
+    Ties,
     create_snapshot,
     export_chunks,
     open_snapshot,
@@ -71,9 +73,19 @@ def _choices(enum) -> list[str]:
 
 
 FILTER_PARAMETERS = [
-    OpenApiParameter("since", OpenApiTypes.DATETIME, description="Labels created at or after (ISO 8601)."),
-    OpenApiParameter("until", OpenApiTypes.DATETIME, description="Labels created at or before; a date: all day."),
-    OpenApiParameter("annotators", OpenApiTypes.INT, many=True, description="Only these annotators' labels (ids)."),
+    OpenApiParameter(
+        "since",
+        OpenApiTypes.DATETIME,
+        description="Labels created at or after (ISO 8601); in `returns`, trajectories created at or after.",
+    ),
+    OpenApiParameter(
+        "until",
+        OpenApiTypes.DATETIME,
+        description="Labels (in `returns`, trajectories) created at or before; a date: all day.",
+    ),
+    OpenApiParameter(
+        "annotators", OpenApiTypes.INT, many=True, description="Only these annotators' labels (ids). Not `returns`."
+    ),
     OpenApiParameter(
         "policy_versions",
         OpenApiTypes.INT,
@@ -86,7 +98,7 @@ FILTER_PARAMETERS = [
         description="Only items whose labels agree at least this much (share holding the most common judgement, 0-1). "
         "Aggregated kinds only.",
     ),
-    OpenApiParameter("exclude_gold", OpenApiTypes.BOOL, description="Leave out labels of gold items."),
+    OpenApiParameter("exclude_gold", OpenApiTypes.BOOL, description="Leave out labels of gold items. Not `returns`."),
     OpenApiParameter(
         "aggregate",
         enum=_choices(Aggregation),
@@ -106,6 +118,22 @@ FILTER_PARAMETERS = [
         default=Style.CONVERSATIONAL.value,
         description="Chat messages or plain-text transcripts (preference, step_preference, unpaired, critiques).",
     ),
+    OpenApiParameter(
+        "ties",
+        enum=_choices(Ties),
+        default=Ties.DROP.value,
+        description="preference and step_preference only: drop tie verdicts, or include them as rows with "
+        "`tie: true` (the pair in canonical order, margin 0). With include, every row has the boolean `tie` column; "
+        "with drop, no row has it. Both-bad verdicts never make a row.",
+    ),
+    OpenApiParameter(
+        "interventions",
+        enum=_choices(Interventions),
+        default=Interventions.INCLUDE.value,
+        description="stepwise only: also export the step labels each intervention implies (steps before the "
+        "intervened one accepted, the intervened one rejected), as separate rows with `source: intervention` after "
+        "the rows of human step labels (`source: label`), or leave them out.",
+    ),
 ]
 
 
@@ -121,8 +149,10 @@ class ExportView(APIView):
         summary="Stream a dataset export",
         description="Rows that TRL and `datasets` load as they are: `preference` (prompt/chosen/rejected), "
         "`step_preference`, `stepwise` (prompt/completions/labels), `unpaired` (prompt/completion/label), `sft` "
-        "(messages), `critiques` (prompt/completion) and `raw` (every label revision). Only current label "
-        "revisions count, except in `raw`.",
+        "(messages), `critiques` (prompt/completion), `raw` (every label revision) and `returns` (one row per "
+        "trajectory for a value critic: prompt, completions with one piece per step, the steps' environment "
+        "`rewards` or null when none were recorded, `success`, trajectory_id, task_id, policy_version_id). Only "
+        "current label revisions count, except in `raw`.",
         parameters=[
             OpenApiParameter("kind", str, OpenApiParameter.PATH, enum=_choices(ExportKind)),
             OpenApiParameter("format", enum=_choices(ExportFormat), default=ExportFormat.JSONL.value),

@@ -6,8 +6,8 @@
     snapshot = create_snapshot(project, "preference", filters, user=user, name="rm-data-v1")
 
 Modules: `filters` (what a request may ask, validated), `aggregate` (several annotators into one verdict),
-`conversation` (trajectories as chat turns), `rows` and `raw` (one row generator per kind), `schemas` (the columns),
-`stream` (JSONL and Parquet bytes), `snapshots` (frozen, hashed exports).
+`conversation` (trajectories as chat turns), `rows`, `raw` and `returns` (one row generator per kind), `schemas` (the
+columns), `stream` (JSONL and Parquet bytes), `snapshots` (frozen, hashed exports).
 """
 
 from feedback_app.exports.filters import (
@@ -16,8 +16,10 @@ from feedback_app.exports.filters import (
     ExportFormat,
     ExportKind,
     ExportRequestError,
+    Interventions,
     Neutral,
     Style,
+    Ties,
 )
 from feedback_app.exports.rows import ExportRow, export_rows
 from feedback_app.exports.snapshots import (
@@ -41,9 +43,11 @@ __all__ = [
     "ExportKind",
     "ExportRequestError",
     "ExportRow",
+    "Interventions",
     "Neutral",
     "RowTally",
     "Style",
+    "Ties",
     "create_snapshot",
     "export_chunks",
     "export_rows",

@@ -5,7 +5,9 @@ instruction, each step a user turn (its observation) followed by an assistant tu
 policy's ``format_decision`` text). Message ``2 + 2 * i`` is the policy's decision at step ``i``.
 
 The plain-text form of the same turns is the ``Role: content`` transcript that ``turns.render_prompt`` writes for a
-model without a chat template, so a text prompt here is exactly what such a policy is prompted with.
+model without a chat template, so a text prompt here is exactly what such a policy is prompted with. `transcript`,
+`text_pair` and `text_steps` come from ``turns`` (re-exported here), so that pipelines, which never import Django, lay
+out text exactly as the exports do.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
 from feedback_app.models import Step, Trajectory
-from reward_models.policy.turns import Message, Turn, format_decision, turn_messages
+from reward_models.policy.turns import (  # noqa: F401 (transcript, text_pair, text_steps are re-exported)
+    Message,
+    Turn,
+    format_decision,
+    text_pair,
+    text_steps,
+    transcript,
+    turn_messages,
+)
 
 # The one JSON layout of every export: compact, UTF-8 as it is.
 encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -33,13 +43,21 @@ class Conversation:
     (every pair it is part of), and slicing and encoding its turns again for each was most of an export's cost.
     `json(start, stop)` is exactly `encode_json(messages[start:stop])`, built from each message's JSON."""
 
-    __slots__ = ("trajectory_id", "task_id", "policy_version_id", "messages", "_message_json", "_slices")
+    __slots__ = ("trajectory_id", "task_id", "policy_version_id", "messages", "rewards", "_message_json", "_slices")
 
-    def __init__(self, trajectory_id: int, task_id: int, policy_version_id: int | None, messages: list[Message]):
+    def __init__(
+        self,
+        trajectory_id: int,
+        task_id: int,
+        policy_version_id: int | None,
+        messages: list[Message],
+        rewards: list[float] | None = None,
+    ):
         self.trajectory_id = trajectory_id
         self.task_id = task_id
         self.policy_version_id = policy_version_id
         self.messages = messages
+        self.rewards = rewards  # the steps' environment rewards, when fetched with `rewards=True`
         self._message_json: list[str] | None = None
         self._slices: dict[tuple, list[Message] | str] = {}
 
@@ -113,35 +131,6 @@ def shared_steps(a: Sequence[Message], b: Sequence[Message]) -> int | None:
     return shared
 
 
-def transcript(messages: Iterable[Message]) -> str:
-    """The plain-text transcript of `messages`, one ``Role: content`` line each (``turns.render_prompt``'s form)."""
-    return "\n".join(f"{message['role'].capitalize()}: {message['content']}" for message in messages)
-
-
-def text_pair(prompt: Sequence[Message], completion: Sequence[Message]) -> tuple[str, str]:
-    """The text prompt (ending where the assistant's answer starts, as ``render_prompt`` ends it) and the text
-    completion; their concatenation is the transcript of the whole conversation."""
-    prompt_text = transcript(prompt)
-    if completion and completion[0]["role"] == "assistant":
-        prompt_text += "\nAssistant:"
-    full = transcript([*prompt, *completion])
-    return prompt_text, full[len(prompt_text) :]
-
-
-def text_steps(messages: Sequence[Message]) -> tuple[str, list[str]]:
-    """The text prompt (instruction and first observation) and one piece per step: piece ``i`` runs from the end of
-    decision ``i - 1`` to the end of decision ``i``, so it holds observation ``i`` and decision ``i``, and the prompt
-    followed by every piece is the transcript."""
-    prompt_text, rest = text_pair(messages[:2], messages[2:])
-    # Line m of the transcript ends at offset ends[m] (lines are joined by one newline).
-    ends, offset = [], -1
-    for message in messages:
-        offset += len(message["role"]) + 2 + len(message["content"]) + 1
-        ends.append(offset)
-    cuts = [ends[2 + 2 * step] - len(prompt_text) for step in range((len(messages) - 1) // 2)]
-    return prompt_text, [rest[start:end] for start, end in zip([0, *cuts], cuts, strict=False)]
-
-
 def id_in(field: str, ids: list[int]) -> Q:
     """`field IN ids`. On PostgreSQL the ids travel as one array parameter: binding thousands of separate
     parameters cost more than running the query (measured: about half of each batch's fetch)."""
@@ -150,8 +139,9 @@ def id_in(field: str, ids: list[int]) -> Q:
     return Q(**{f"{field}__in": ids})
 
 
-def fetch_conversations(trajectory_ids: Iterable[int]) -> dict[int, Conversation]:
-    """Conversations of the given trajectories in two queries (trajectories with their instruction, then steps)."""
+def fetch_conversations(trajectory_ids: Iterable[int], *, rewards: bool = False) -> dict[int, Conversation]:
+    """Conversations of the given trajectories in two queries (trajectories with their instruction, then steps).
+    With `rewards`, each also carries its steps' environment rewards."""
     ids = list(trajectory_ids)
     if not ids:
         return {}
@@ -160,16 +150,24 @@ def fetch_conversations(trajectory_ids: Iterable[int]) -> dict[int, Conversation
     )
     steps: dict[int, list[tuple]] = {trajectory_id: [] for trajectory_id in ids}
     # Tool calls as text: almost every step has an action, and decoding JSON for each one costs more than the rest.
+    # `build_messages` reads the last four columns, so the reward can ride in front of them.
+    columns = ("trajectory_id", "env_reward") if rewards else ("trajectory_id",)
     rows = (
         Step.objects.filter(id_in("trajectory_id", ids))
         .order_by("trajectory_id", "index")
         .annotate(tool_calls_text=Cast("tool_calls", TextField()))
-        .values_list("trajectory_id", "observation", "reasoning", "action", "tool_calls_text")
+        .values_list(*columns, "observation", "reasoning", "action", "tool_calls_text")
     )
     for row in rows:
         steps[row[0]].append(row)
     return {
-        tid: Conversation(tid, task_id, version_id, build_messages(instruction, steps[tid]))
+        tid: Conversation(
+            tid,
+            task_id,
+            version_id,
+            build_messages(instruction, steps[tid]),
+            [row[1] for row in steps[tid]] if rewards else None,
+        )
         for tid, task_id, version_id, instruction in heads
     }
 
@@ -178,21 +176,25 @@ Batch = TypeVar("Batch")
 
 
 def with_conversations(
-    batches: Iterable[Batch], trajectory_ids: Callable[[Batch], Iterable[int]]
+    batches: Iterable[Batch],
+    trajectory_ids: Callable[[Batch], Iterable[int]],
+    fetch: Callable[[list[int]], dict[int, Conversation]] | None = None,
 ) -> Iterator[tuple[Batch, dict[int, Conversation]]]:
-    """Each batch with the conversations of the trajectories it names, holding at most two batches' worth.
+    """Each batch with the conversations of the trajectories it names (fetched by `fetch`, by default
+    `fetch_conversations`), holding at most two batches' worth.
 
     The next batch's conversations are fetched while the caller works through the current one, on a second database
     connection in a background thread, so the database's time overlaps ours (about a third of an export's time
     otherwise). Inside a transaction (tests, or a caller's atomic block) another connection could not see its
     uncommitted rows, so there the fetch runs in line. A trajectory that consecutive batches share is fetched once.
     """
+    fetch = fetch or fetch_conversations
     pool = None if connection.in_atomic_block else ThreadPoolExecutor(1, thread_name_prefix="export-fetch")
 
     def start(wanted: set[int], known: dict[int, Conversation]) -> tuple[dict[int, Conversation], Future | dict]:
         reused = {tid: known[tid] for tid in wanted if tid in known}
         missing = list(wanted - reused.keys())
-        return reused, (pool.submit(fetch_conversations, missing) if pool else fetch_conversations(missing))
+        return reused, (pool.submit(fetch, missing) if pool else fetch(missing))
 
     batches = iter(batches)
     try:

@@ -25,6 +25,7 @@ class ExportKind(StrEnum):
     SFT = "sft"
     CRITIQUES = "critiques"
     RAW = "raw"
+    RETURNS = "returns"
 
 
 class ExportFormat(StrEnum):
@@ -53,6 +54,23 @@ class Neutral(StrEnum):
     NEGATIVE = "negative"
 
 
+class Ties(StrEnum):
+    """What a tie verdict becomes in a `preference` or `step_preference` export: no row (the default, so that a
+    file TRL's `RewardTrainer` reads as it is never trains a tie as a preference), or a row with `tie: true` for a
+    tie-aware loss. With `include`, every row carries the `tie` column; with `drop` no row does."""
+
+    DROP = "drop"
+    INCLUDE = "include"
+
+
+class Interventions(StrEnum):
+    """Whether a `stepwise` export also has the step labels interventions imply (RLIF): the steps before the
+    intervened one accepted, the intervened one rejected."""
+
+    INCLUDE = "include"
+    EXCLUDE = "exclude"
+
+
 class Style(StrEnum):
     """Conversational: `prompt`/`chosen`/`completion` are lists of chat messages. Text: the same turns as one
     plain transcript string each."""
@@ -65,6 +83,8 @@ class Style(StrEnum):
 # something there.
 AGGREGATED_KINDS = {ExportKind.PREFERENCE, ExportKind.STEP_PREFERENCE, ExportKind.STEPWISE, ExportKind.UNPAIRED}
 STYLED_KINDS = {ExportKind.PREFERENCE, ExportKind.STEP_PREFERENCE, ExportKind.UNPAIRED, ExportKind.CRITIQUES}
+# Kinds made from comparisons, where a tie verdict can become a row.
+TIED_KINDS = {ExportKind.PREFERENCE, ExportKind.STEP_PREFERENCE}
 
 FILTER_FIELDS = (
     "since",
@@ -76,6 +96,8 @@ FILTER_FIELDS = (
     "aggregate",
     "neutral",
     "style",
+    "ties",
+    "interventions",
 )
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
@@ -92,7 +114,8 @@ class ExportRequestError(ValueError):
 class ExportFilters:
     """Which labels an export reads and how it shapes them. The defaults export every current label.
 
-    Dates bound the labels' `created_at`, both ends inclusive; a bare date as `until` covers that whole day.
+    Dates bound the labels' `created_at` (in a `returns` export, which reads trajectories rather than labels, the
+    trajectories' `created_at`), both ends inclusive; a bare date as `until` covers that whole day.
     `policy_versions` keeps a row only when every trajectory in it comes from one of those versions.
     """
 
@@ -105,6 +128,8 @@ class ExportFilters:
     aggregate: Aggregation = Aggregation.MAJORITY
     neutral: Neutral = Neutral.DROP
     style: Style = Style.CONVERSATIONAL
+    ties: Ties = Ties.DROP
+    interventions: Interventions = Interventions.INCLUDE
 
     @classmethod
     def from_query(cls, params: Mapping[str, Any], *, other_names: Iterable[str] = ()) -> ExportFilters:
@@ -139,6 +164,8 @@ class ExportFilters:
         read("aggregate", lambda raw: _parse_choice(Aggregation, _single(raw)))
         read("neutral", lambda raw: _parse_choice(Neutral, _single(raw)))
         read("style", lambda raw: _parse_choice(Style, _single(raw)))
+        read("ties", lambda raw: _parse_choice(Ties, _single(raw)))
+        read("interventions", lambda raw: _parse_choice(Interventions, _single(raw)))
         if "since" in values and "until" in values and values["since"] > values["until"]:
             errors["until"] = "must not be earlier than since."
         if errors:
@@ -157,6 +184,16 @@ class ExportFilters:
             errors["neutral"] = "applies to stepwise exports only."
         if kind not in STYLED_KINDS and self.style != Style.CONVERSATIONAL:
             errors["style"] = f"{kind} exports have one fixed layout; style applies to {_names(STYLED_KINDS)}."
+        if kind not in TIED_KINDS and self.ties != Ties.DROP:
+            errors["ties"] = f"applies to {_names(TIED_KINDS)} exports only."
+        if kind != ExportKind.STEPWISE and self.interventions != Interventions.INCLUDE:
+            errors["interventions"] = "applies to stepwise exports only."
+        if kind == ExportKind.RETURNS:
+            # Rows are trajectories, not labels: nobody labelled them, and no queue item made them gold.
+            if self.annotators:
+                errors["annotators"] = "returns exports read trajectories, not labels, so annotators do not apply."
+            if self.exclude_gold:
+                errors["exclude_gold"] = "returns exports read trajectories, not labels, so gold does not apply."
         if errors:
             raise ExportRequestError(errors)
 

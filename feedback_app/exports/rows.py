@@ -26,7 +26,7 @@ from feedback_app.exports.conversation import (
     transcript,
     with_conversations,
 )
-from feedback_app.exports.filters import Aggregation, ExportFilters, ExportKind, Neutral, Style
+from feedback_app.exports.filters import Aggregation, ExportFilters, ExportKind, Interventions, Neutral, Style, Ties
 from feedback_app.models import Comparison, Critique, Intervention, Project, Rating, StepLabel, Trajectory
 from feedback_app.models.trajectories import TrajectorySource
 from reward_models.policy.turns import Message, format_decision
@@ -55,6 +55,7 @@ class ExportRow(NamedTuple):
 def export_rows(project: Project, kind: ExportKind, filters: ExportFilters) -> Iterator[ExportRow]:
     """The rows of one export kind, in a deterministic order (the same database state gives the same rows)."""
     from feedback_app.exports.raw import raw_rows
+    from feedback_app.exports.returns import returns_rows
 
     builders: dict[ExportKind, Callable[[Project, ExportFilters], Iterator[ExportRow]]] = {
         ExportKind.PREFERENCE: preference_rows,
@@ -64,6 +65,7 @@ def export_rows(project: Project, kind: ExportKind, filters: ExportFilters) -> I
         ExportKind.SFT: sft_rows,
         ExportKind.CRITIQUES: critique_rows,
         ExportKind.RAW: raw_rows,
+        ExportKind.RETURNS: returns_rows,
     }
     filters.check_kind(kind)
     return builders[kind](project, filters)
@@ -150,8 +152,9 @@ def _comparison_votes(group: list[tuple]) -> list[Vote]:
 
 
 def _comparison_rows(labels: QuerySet, filters: ExportFilters) -> Iterator[tuple[Conversation, Conversation, Verdict]]:
-    """(chosen, rejected, verdict) for every A-or-B verdict on the pairs `labels` judge; ties and both-bad give
-    none."""
+    """(chosen, rejected, verdict) for every A-or-B verdict on the pairs `labels` judge, and with `ties=include`
+    (a, b, verdict) for every tie verdict, in canonical order; both-bad gives none."""
+    ties = filters.ties == Ties.INCLUDE
     rows = (
         labels.order_by("trajectory_a_id", "trajectory_b_id", "id")
         .values_list("id", "annotator_id", "trajectory_a_id", "trajectory_b_id", "choice", "strength", "rationale")
@@ -168,13 +171,16 @@ def _comparison_rows(labels: QuerySet, filters: ExportFilters) -> Iterator[tuple
                     yield a, b, verdict
                 elif verdict.value == "b":
                     yield b, a, verdict
+                elif ties and verdict.value == "tie":
+                    yield a, b, verdict
 
 
 def _comparison_values(verdict: Verdict) -> dict[str, Any]:
+    """margin, agreement, rationale and provenance of a verdict. A tie asks for no gap, whatever its strength."""
     if len(verdict.considered) == 1:  # one label: nothing to average or merge
         vote = verdict.considered[0]
         return {
-            "margin": MARGIN_BY_STRENGTH[vote.extra[0]],
+            "margin": 0.0 if verdict.value == "tie" else MARGIN_BY_STRENGTH[vote.extra[0]],
             "agreement": verdict.agreement,
             "rationale": vote.extra[1],
             "annotator_ids": [vote.annotator_id],
@@ -183,7 +189,7 @@ def _comparison_values(verdict: Verdict) -> dict[str, Any]:
     label_ids, annotator_ids = _provenance(verdict)
     margins = [MARGIN_BY_STRENGTH[vote.extra[0]] for vote in verdict.supporting]
     return {
-        "margin": sum(margins) / len(margins),
+        "margin": 0.0 if verdict.value == "tie" else sum(margins) / len(margins),
         "agreement": verdict.agreement,
         "rationale": "\n\n".join(vote.extra[1] for vote in verdict.supporting if vote.extra[1]),
         "annotator_ids": annotator_ids,
@@ -195,9 +201,13 @@ def preference_rows(project: Project, filters: ExportFilters) -> Iterator[Export
     """Whole-trajectory preferences from comparisons: the prompt is the instruction and the first observation, and
     `chosen`/`rejected` are the rest of each trajectory as alternating assistant (decision) and user (observation)
     turns. Columns: prompt, chosen, rejected, margin, agreement, rationale, annotator_ids, label_ids, task_id,
-    chosen_trajectory_id, rejected_trajectory_id."""
+    chosen_trajectory_id, rejected_trajectory_id, and with `ties=include` also tie (a tie verdict's row has the pair
+    in canonical order, lower trajectory id as `chosen`, and margin 0; every other row has tie false). With the
+    default `ties=drop` the column is absent, so the file is byte for byte what it was before ties could be exported
+    and TRL's `RewardTrainer` never trains a tie as a preference."""
     labels = label_queryset(Comparison, project, filters, ("trajectory_a", "trajectory_b"))
     conversational = filters.style == Style.CONVERSATIONAL
+    ties = filters.ties == Ties.INCLUDE
     for chosen, rejected, verdict in _comparison_rows(labels, filters):
         if chosen.num_steps == 0 or rejected.num_steps == 0:
             continue
@@ -208,6 +218,8 @@ def preference_rows(project: Project, filters: ExportFilters) -> Iterator[Export
         tail["task_id"] = chosen.task_id
         tail["chosen_trajectory_id"] = chosen.trajectory_id
         tail["rejected_trajectory_id"] = rejected.trajectory_id
+        if ties:
+            tail["tie"] = verdict.value == "tie"
         if conversational:
             prompt, chosen_part, rejected_part = chosen.turns(0, cut), chosen.turns(cut), rejected.turns(cut)
             head = f'"prompt":{chosen.json(0, cut)},"chosen":{chosen.json(cut)},"rejected":{rejected.json(cut)}'
@@ -228,12 +240,14 @@ def step_preference_rows(project: Project, filters: ExportFilters) -> Iterator[E
     original at the intervened step. From comparisons of two branches of one tree (parent and child, or siblings):
     the preferred branch's continuation from the step where they part, over the other's. Columns: prompt, chosen,
     rejected, margin, agreement, rationale, annotator_ids, label_ids, source, step_index, task_id,
-    chosen_trajectory_id, rejected_trajectory_id (None for a correction not yet continued)."""
+    chosen_trajectory_id, rejected_trajectory_id (None for a correction not yet continued), and with `ties=include`
+    tie (true for a tie between two branches, in canonical order with margin 0; false for every other row)."""
     yield from _intervention_pairs(project, filters)
     yield from _branch_comparison_pairs(project, filters)
 
 
 def _intervention_pairs(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
+    ties = filters.ties == Ties.INCLUDE
     labels = label_queryset(Intervention, project, filters, ("trajectory",))
     rows = (
         labels.order_by("trajectory_id", "step__index", "id")
@@ -280,6 +294,8 @@ def _intervention_pairs(project: Project, filters: ExportFilters) -> Iterator[Ex
                     "chosen_trajectory_id": child_id,
                     "rejected_trajectory_id": conversation.trajectory_id,
                 }
+                if ties:
+                    values["tie"] = False
                 yield ExportRow(values, "intervention", [label_id])
 
 
@@ -305,6 +321,8 @@ def _branch_comparison_pairs(project: Project, filters: ExportFilters) -> Iterat
             chosen_trajectory_id=chosen.trajectory_id,
             rejected_trajectory_id=rejected.trajectory_id,
         )
+        if filters.ties == Ties.INCLUDE:
+            values["tie"] = verdict.value == "tie"
         yield ExportRow(values, "comparison", values["label_ids"])
 
 
@@ -321,9 +339,20 @@ def stepwise_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRo
     given, dropped, a tied vote, too little agreement) stays in the text as context: it is merged into the next
     labelled step's piece, so every piece ends at a labelled decision and the prompt followed by the pieces is the
     transcript up to the last labelled step. Also: step_indices (the step each label judges), agreement (the lowest
-    of the row's steps), annotator_ids, label_ids, trajectory_id, task_id. With `aggregate=all`, one row per
-    annotator and trajectory.
+    of the row's steps), annotator_ids, label_ids, trajectory_id, task_id, and source ("label"). With
+    `aggregate=all`, one row per annotator and trajectory.
+
+    With `interventions=include` (the default) the step-label rows are followed by one row per current intervention
+    (`source` "intervention", see `intervention_step_rows`). The two never merge, even on the same trajectory: an
+    intervention implies labels only up to the step it corrects, from one annotator, and a trainer may want to
+    weigh or drop them apart from labels people gave step by step.
     """
+    yield from _step_label_rows(project, filters)
+    if filters.interventions == Interventions.INCLUDE:
+        yield from intervention_step_rows(project, filters)
+
+
+def _step_label_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
     labels = label_queryset(StepLabel, project, filters, ("step__trajectory",))
     rows = (
         labels.order_by("step__trajectory_id", "step__index", "id")
@@ -372,8 +401,55 @@ def _stepwise_row(conversation: Conversation, verdicts: dict[int, Verdict]) -> E
         "label_ids": label_ids,
         "trajectory_id": conversation.trajectory_id,
         "task_id": conversation.task_id,
+        "source": "label",
     }
     return ExportRow(values, "step_label", label_ids)
+
+
+def intervention_step_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
+    """Step labels that interventions imply, as in RLIF: the annotator let every step before the intervened one
+    stand (accepted, True) and replaced the intervened one (rejected, False). One row per current intervention,
+    with the stepwise columns: the pieces of steps 0..k of the intervened trajectory (which holds the original step
+    k), agreement 1.0, the intervention's annotator and id, and source "intervention". An intervention whose
+    correction is the original decision again rejected nothing and gives no row."""
+    labels = label_queryset(Intervention, project, filters, ("trajectory",))
+    rows = (
+        labels.order_by("trajectory_id", "step__index", "id")
+        .values_list(
+            "id",
+            "annotator_id",
+            "trajectory_id",
+            "step__index",
+            "original_reasoning",
+            "original_action",
+            "corrected_reasoning",
+            "corrected_action",
+        )
+        .iterator(chunk_size=CHUNK_ROWS)
+    )
+    batches = grouped_batches(rows, lambda row: row[2], BATCH_ITEMS)
+    for batch, conversations in with_conversations(batches, _first_trajectories(2)):
+        for group in batch:
+            conversation = conversations.get(group[0][2])
+            if conversation is None:  # deleted while the export ran
+                continue
+            prompt, pieces = text_steps(conversation.messages)
+            for label_id, annotator_id, _, step, orig_r, orig_a, new_r, new_a in group:
+                if conversation.num_steps <= step or format_decision(orig_r, orig_a) == format_decision(new_r, new_a):
+                    continue
+                values = {
+                    "prompt": prompt,
+                    "completions": pieces[: step + 1],
+                    "labels": [True] * step + [False],
+                    "step_indices": list(range(step + 1)),
+                    "agreement": 1.0,
+                    "annotator_ids": [annotator_id],
+                    "label_ids": [label_id],
+                    "trajectory_id": conversation.trajectory_id,
+                    "task_id": conversation.task_id,
+                    "source": "intervention",
+                }
+                yield ExportRow(values, "intervention", [label_id])
 
 
 # --- unpaired ----------------------------------------------------------------------------------------------------

@@ -1,17 +1,20 @@
 """The columns of every export kind as Arrow schemas: Parquet files are written with them, and JSONL rows carry
-the same keys in the same order. Fixed schemas keep every row group, and an empty export, typed the same way."""
+the same keys in the same order. Fixed schemas keep every row group, and an empty export, typed the same way.
+
+A kind's columns depend only on the request's `style` and `ties`, never on the rows: with `ties=include` every
+preference or step_preference row has a `tie` column (last), with `ties=drop` none has."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from feedback_app.exports.filters import ExportKind, Style
+from feedback_app.exports.filters import ExportKind, Style, Ties
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 
-def export_schema(kind: ExportKind, style: Style = Style.CONVERSATIONAL) -> pa.Schema:
+def export_schema(kind: ExportKind, style: Style = Style.CONVERSATIONAL, ties: Ties = Ties.DROP) -> pa.Schema:
     import pyarrow as pa
 
     from feedback_app.exports.raw import RAW_COLUMNS
@@ -33,6 +36,7 @@ def export_schema(kind: ExportKind, style: Style = Style.CONVERSATIONAL) -> pa.S
     elif kind == ExportKind.STEPWISE:
         fields = [("prompt", pa.string()), ("completions", pa.list_(pa.string())), ("labels", pa.list_(pa.bool_()))]
         fields += [("step_indices", ids), ("agreement", pa.float64()), *provenance, *trajectory]
+        fields += [("source", pa.string())]
     elif kind == ExportKind.UNPAIRED:
         fields = [("prompt", turns), ("completion", turns), ("label", pa.bool_()), ("agreement", pa.float64())]
         fields += [*provenance, *trajectory]
@@ -43,6 +47,10 @@ def export_schema(kind: ExportKind, style: Style = Style.CONVERSATIONAL) -> pa.S
         fields = [("prompt", turns), ("completion", turns), *trajectory, ("step_index", pa.int64())]
         fields += [("span_field", pa.string()), ("span_start", pa.int64()), ("span_end", pa.int64())]
         fields += [("span_text", pa.string()), ("tags", pa.list_(pa.string())), *provenance]
+    elif kind == ExportKind.RETURNS:
+        fields = [("prompt", pa.string()), ("completions", pa.list_(pa.string()))]
+        fields += [("rewards", pa.list_(pa.float64())), ("success", pa.bool_()), *trajectory]
+        fields += [("policy_version_id", pa.int64())]
     else:
         types = {
             "label_kind": pa.string(),
@@ -70,4 +78,6 @@ def export_schema(kind: ExportKind, style: Style = Style.CONVERSATIONAL) -> pa.S
         }
         # Everything else in the raw layout is an id, an index or a small integer.
         fields = [(name, types.get(name, pa.int64())) for name in RAW_COLUMNS]
+    if ties == Ties.INCLUDE and kind in (ExportKind.PREFERENCE, ExportKind.STEP_PREFERENCE):
+        fields.append(("tie", pa.bool_()))
     return pa.schema(fields)

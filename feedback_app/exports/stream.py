@@ -54,7 +54,7 @@ def export_chunks(
     filters do not suit the kind."""
     rows = (tally or RowTally()).watch(export_rows(project, kind, filters))
     if fmt == ExportFormat.PARQUET:
-        return parquet_chunks((row.values for row in rows), export_schema(kind, filters.style))
+        return parquet_chunks((row.values for row in rows), export_schema(kind, filters.style, filters.ties))
     return jsonl_chunks(rows)
 
 

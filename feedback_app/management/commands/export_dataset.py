@@ -10,15 +10,28 @@ from feedback_app.exports import (
     ExportFormat,
     ExportKind,
     ExportRequestError,
+    Interventions,
     Neutral,
     RowTally,
     Style,
+    Ties,
     create_snapshot,
     export_chunks,
 )
 from feedback_app.models import Project
 
-FILTER_OPTIONS = ("since", "until", "annotators", "policy_versions", "min_agreement", "aggregate", "neutral", "style")
+FILTER_OPTIONS = (
+    "since",
+    "until",
+    "annotators",
+    "policy_versions",
+    "min_agreement",
+    "aggregate",
+    "neutral",
+    "style",
+    "ties",
+    "interventions",
+)
 
 
 class Command(BaseCommand):
@@ -43,6 +56,10 @@ class Command(BaseCommand):
         parser.add_argument("--aggregate", choices=[a.value for a in Aggregation])
         parser.add_argument("--neutral", choices=[n.value for n in Neutral])
         parser.add_argument("--style", choices=[s.value for s in Style])
+        parser.add_argument("--ties", choices=[t.value for t in Ties], help="preference/step_preference: tie rows.")
+        parser.add_argument(
+            "--interventions", choices=[i.value for i in Interventions], help="stepwise: intervention-derived rows."
+        )
 
     def handle(self, *args, project: str, kind: str, fmt: str, out: Path | None, snapshot: str | None, **options):
         target = Project.objects.filter(slug=project).first()

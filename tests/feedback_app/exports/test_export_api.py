@@ -171,7 +171,34 @@ def test_the_schema_describes_the_streamed_media_types_and_errors():
     assert {"400", "403", "404"} <= set(export["responses"])
     parameters = {parameter["name"] for parameter in export["parameters"]}
     assert {"format", "since", "until", "annotators", "policy_versions", "min_agreement", "exclude_gold"} <= parameters
-    assert {"aggregate", "neutral", "style", "kind", "project_pk"} <= parameters
+    assert {"aggregate", "neutral", "style", "ties", "interventions", "kind", "project_pk"} <= parameters
+    [kind] = [parameter for parameter in export["parameters"] if parameter["name"] == "kind"]
+    assert "returns" in kind["schema"]["enum"]
+    assert "`returns`" in export["description"]
     download = schema["paths"]["/api/snapshots/{snapshot_pk}/download"]["get"]
     assert "application/vnd.apache.parquet" in download["responses"]["200"]["content"]
     assert "post" in schema["paths"]["/api/projects/{project_pk}/snapshots"]
+
+
+def test_the_new_kind_and_options_go_through_the_api(client, labelled_project, researcher, annotator):
+    client.force_login(researcher)
+    returns = client.get(export_url(labelled_project, "returns"), {"format": "parquet"})
+    assert returns.status_code == 200
+    assert returns["Content-Disposition"].endswith('-returns.parquet"')
+    assert pq.read_table(io.BytesIO(body(returns))).to_pylist() == rows(labelled_project, "returns")
+    with_ties = client.get(export_url(labelled_project, "preference"), {"ties": "include"})
+    exported = [json.loads(line) for line in body(with_ties).decode().splitlines()]
+    assert exported == rows(labelled_project, "preference", ties="include")
+    assert any(row["tie"] for row in exported)
+    labels_only = client.get(export_url(labelled_project, "stepwise"), {"interventions": "exclude"})
+    assert {json.loads(line)["source"] for line in body(labels_only).decode().splitlines()} == {"label"}
+
+    refused = client.get(export_url(labelled_project, "returns"), {"annotators": str(annotator.pk)})
+    assert (refused.status_code, list(refused.json())) == (400, ["annotators"])
+    assert list(client.get(export_url(labelled_project, "unpaired"), {"ties": "include"}).json()) == ["ties"]
+    snapshot = create_snapshot(client, labelled_project, name="values", export_kind="returns")
+    assert snapshot.status_code == 201
+    assert all(key.startswith("trajectory:") for key in snapshot.json()["row_ids"])
+
+    client.force_login(annotator)
+    assert client.get(export_url(labelled_project, "returns")).status_code == 403

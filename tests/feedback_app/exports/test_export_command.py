@@ -33,3 +33,16 @@ def test_bad_filters_fail_naming_the_field(labelled_project, tmp_path):
     with pytest.raises(CommandError, match="project"):
         call_command("export_dataset", "nope", "sft", "--out", str(tmp_path / "x"))
     assert not list(tmp_path.iterdir())
+
+
+def test_it_takes_the_ties_and_interventions_options_and_the_returns_kind(labelled_project, tmp_path):
+    out = tmp_path / "prefs.jsonl"
+    call_command("export_dataset", labelled_project.slug, "preference", "--out", str(out), "--ties", "include")
+    exported = [json.loads(line) for line in out.read_text().splitlines()]
+    assert exported == rows(labelled_project, "preference", ties="include")
+    call_command("export_dataset", labelled_project.slug, "stepwise", "--out", str(out), "--interventions", "exclude")
+    assert {json.loads(line)["source"] for line in out.read_text().splitlines()} == {"label"}
+    call_command("export_dataset", labelled_project.slug, "returns", "--out", str(out))
+    assert [json.loads(line) for line in out.read_text().splitlines()] == rows(labelled_project, "returns")
+    with pytest.raises(CommandError, match="ties"):
+        call_command("export_dataset", labelled_project.slug, "sft", "--out", str(out), "--ties", "include")

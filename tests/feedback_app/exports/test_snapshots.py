@@ -72,8 +72,13 @@ def test_a_parquet_snapshot_reads_back_the_same_rows(labelled_project, researche
         labelled_project, ExportKind.STEPWISE, ExportFilters(), user=researcher, name="prm", fmt="parquet"
     )
     assert snapshot_file(snapshot).suffix == ".parquet"
-    assert list(read_snapshot_rows(snapshot)) == rows(labelled_project, "stepwise")
-    assert all(key.startswith("step_label:") for key in snapshot.row_ids)
+    exported = rows(labelled_project, "stepwise")
+    assert list(read_snapshot_rows(snapshot)) == exported
+    # Rows from step labels cite those labels; rows an intervention implies cite the intervention.
+    expected = {f"step_label:{i}" for row in exported if row["source"] == "label" for i in row["label_ids"]}
+    expected |= {f"intervention:{i}" for row in exported if row["source"] == "intervention" for i in row["label_ids"]}
+    assert {row["source"] for row in exported} == {"label", "intervention"}
+    assert set(snapshot.row_ids) == expected
 
 
 def test_a_taken_name_is_refused_and_leaves_no_file(labelled_project, researcher, artifact_root):

@@ -1,0 +1,62 @@
+"""The `returns` export, for the value critic: trajectories with their steps' environment rewards and outcome.
+Its rows are trajectories, not labels, so it reads no labels and takes no annotator or gold filter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from feedback_app.exports.conversation import Conversation, fetch_conversations, text_steps, with_conversations
+from feedback_app.exports.filters import ExportFilters
+from feedback_app.exports.rows import BATCH_ITEMS, CHUNK_ROWS, ExportRow, grouped_batches
+from feedback_app.models import Project, Trajectory
+
+
+def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
+    """Value-critic data: one row per trajectory of the project (every source, branches included), in id order:
+    `prompt` (instruction and first observation, as text), `completions` (one text piece per step, the `stepwise`
+    layout, so the prompt followed by the pieces is the whole transcript), `rewards` (each step's environment
+    reward), `success` (the stored outcome, or None), trajectory_id, task_id, policy_version_id.
+
+    `rewards` is None when the trajectory has none recorded. Steps store a reward of 0.0 when none was given (the
+    column is not nullable), so an imported trajectory (one with an `external_id`) whose every reward is 0.0 counts
+    as unrewarded; rollouts and interventions made in Tandem stepped the environment, so their zeros are real.
+
+    Rows are trajectories, not labels: `since`/`until` bound the trajectories' creation, `policy_versions` their
+    version; a trajectory without steps gives no row.
+    """
+    trajectories = Trajectory.objects.filter(project=project)
+    if filters.since is not None:
+        trajectories = trajectories.filter(created_at__gte=filters.since)
+    if filters.until is not None:
+        trajectories = trajectories.filter(created_at__lte=filters.until)
+    if filters.policy_versions:
+        trajectories = trajectories.filter(policy_version_id__in=filters.policy_versions)
+    rows = trajectories.order_by("id").values_list("id", "success", "external_id").iterator(chunk_size=CHUNK_ROWS)
+    batches = grouped_batches(rows, lambda row: row[0], BATCH_ITEMS)
+    for batch, conversations in with_conversations(batches, _trajectory_ids, _conversations_with_rewards):
+        for [(trajectory_id, success, external_id)] in batch:
+            conversation = conversations.get(trajectory_id)
+            if conversation is None or conversation.num_steps == 0:
+                continue
+            prompt, completions = text_steps(conversation.messages)
+            rewards = conversation.rewards
+            if external_id is not None and not any(rewards):
+                rewards = None
+            values = {
+                "prompt": prompt,
+                "completions": completions,
+                "rewards": rewards,
+                "success": success,
+                "trajectory_id": trajectory_id,
+                "task_id": conversation.task_id,
+                "policy_version_id": conversation.policy_version_id,
+            }
+            yield ExportRow(values, "trajectory", [trajectory_id])
+
+
+def _conversations_with_rewards(trajectory_ids: list[int]) -> dict[int, Conversation]:
+    return fetch_conversations(trajectory_ids, rewards=True)
+
+
+def _trajectory_ids(batch: list[list[tuple]]) -> set[int]:
+    return {group[0][0] for group in batch}
