@@ -1,0 +1,275 @@
+"""Train a process reward model (PRM) on step labels: the probability that each step of a trajectory is good.
+
+Token classification at step ends (see `reward_models.steps`), the design of TRL's former ``PRMTrainer``: a
+two-way head (0 bad, 1 good) on any causal LM or encoder directory, trained with cross-entropy at the token that
+ends each labelled step, through the transformers `Trainer`.
+
+The data is the `stepwise` export: ``prompt``, ``completions`` (one text piece per labelled step), ``labels`` (True
+for a good step) and ``source``: ``label`` rows come from annotators' step labels, ``intervention`` rows from
+interventions (as in RLIF, the steps before the intervened one count as accepted and the intervened one as
+rejected); `use_intervention_labels` keeps or drops the latter. Whole tasks are held out for evaluation, on their
+annotator-labelled rows: step-level precision, recall and F1 for finding bad steps, and first-error accuracy (does
+the first step scored below `threshold` match the first step labelled bad, or do both say there is none?), each
+beside trivial baselines. Rows that carry ``oracle_labels`` (the gridworld oracle's truth) are also scored against
+those.
+
+    python -m reward_models.prm --data_path stepwise.jsonl --base_model var/policies/bootstrap \\
+        --output_dir var/models/prm --max_steps 200
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reward_models.common import (
+    ConfigError,
+    Reporter,
+    SilentReporter,
+    cli,
+    read_rows,
+    require,
+    split_by_task,
+    write_manifest,
+)
+from reward_models.steps import (
+    StepHeadConfig,
+    finished_summary,
+    load_step_model,
+    loss_history,
+    prepare_tokenizer,
+    read_steps,
+    save_head,
+    train_step_head,
+    training_examples,
+)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+KIND = "process_reward_model"
+ID2LABEL = {0: "bad", 1: "good"}
+
+
+@dataclass
+class PRMConfig(StepHeadConfig):
+    output_dir: str = field(default="var/models/prm", metadata={"help": "Where checkpoints and the model go."})
+    use_intervention_labels: bool = field(
+        default=True,
+        metadata={"help": "Train on intervention-derived labels too (steps before accepted, the step rejected)."},
+    )
+    threshold: float = field(
+        default=0.5, metadata={"help": "A step scored below this probability of being good counts as an error."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(0.0 < self.threshold < 1.0, "threshold", "must be between 0 and 1")
+
+
+class ProcessRewardModel:
+    """Scores each step of a trajectory with the probability that it is good.
+
+    >>> prm = load_prm("var/models/prm")  # doctest: +SKIP
+    >>> prm.step_scores("System: reach the goal G\\nUser: A . G\\nAssistant:", [" goal is right 2 ; action right"])
+    [0.97]
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 16) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+
+    def step_scores(self, prompt: str, completions: Sequence[str]) -> list[float]:
+        """P(good) for each step piece of one trajectory (the stepwise export's `prompt` and `completions`)."""
+        return self.batch_step_scores([(prompt, completions)])[0]
+
+    def batch_step_scores(self, trajectories: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]:
+        outputs = read_steps(self.model, self.tokenizer, trajectories, self.batch_size)
+        return [logits.softmax(-1)[:, 1].tolist() for logits in outputs]
+
+
+def load_prm(path: str | Path, device: str | None = None) -> ProcessRewardModel:
+    """The process reward model in directory `path` (on CUDA when there is one, unless `device` says otherwise)."""
+    model, tokenizer = load_step_model(path, device)
+    return ProcessRewardModel(model, tokenizer)
+
+
+# --- data --------------------------------------------------------------------------------------------------------
+
+
+def check_rows(rows: Sequence[dict[str, Any]]) -> None:
+    """Stepwise rows must have a text prompt and as many boolean labels as step pieces."""
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row.get("prompt"), str):
+            raise ConfigError("data_path", f"row {number}: prompt must be text (export the stepwise layout)")
+        completions, labels = row.get("completions"), row.get("labels")
+        if not isinstance(completions, list) or not completions:
+            raise ConfigError("data_path", f"row {number}: completions must be a non-empty list of step pieces")
+        if not isinstance(labels, list) or len(labels) != len(completions):
+            raise ConfigError("data_path", f"row {number}: labels must hold one true/false per completion")
+
+
+def is_intervention(row: dict[str, Any]) -> bool:
+    return row.get("source") == "intervention"
+
+
+# --- evaluation --------------------------------------------------------------------------------------------------
+
+
+def first_error(good: Sequence[bool]) -> int | None:
+    """The index of the first bad step, or None when every step is good."""
+    return next((index for index, ok in enumerate(good) if not ok), None)
+
+
+def step_metrics(predicted: Sequence[Sequence[bool]], truth: Sequence[Sequence[bool]]) -> dict[str, float]:
+    """Step accuracy, and precision, recall and F1 of finding bad steps (the positive class is *bad*), plus
+    first-error accuracy over trajectories. `predicted` and `truth` hold True for a good step."""
+    pairs = [(p, t) for ps, ts in zip(predicted, truth, strict=True) for p, t in zip(ps, ts, strict=True)]
+    caught = sum(not p and not t for p, t in pairs)
+    flagged = sum(not p for p, _ in pairs)
+    bad = sum(not t for _, t in pairs)
+    precision = caught / flagged if flagged else 0.0
+    recall = caught / bad if bad else 0.0
+    return {
+        "bad_step_f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+        "first_error_accuracy": sum(first_error(p) == first_error(t) for p, t in zip(predicted, truth, strict=True))
+        / len(truth),
+        "step_accuracy": sum(p == t for p, t in pairs) / len(pairs),
+        "bad_step_precision": precision,
+        "bad_step_recall": recall,
+    }
+
+
+def bad_step_auroc(scores: Sequence[Sequence[float]], truth: Sequence[Sequence[bool]]) -> float:
+    """The chance that a random bad step scores below a random good one (ties count half): 0.5 is chance, and
+    0.5 too when the steps are all good or all bad."""
+    good = sorted(s for ss, ts in zip(scores, truth, strict=True) for s, t in zip(ss, ts, strict=True) if t)
+    bad = [s for ss, ts in zip(scores, truth, strict=True) for s, t in zip(ss, ts, strict=True) if not t]
+    if not good or not bad:
+        return 0.5
+    wins = sum(
+        len(good) - bisect_right(good, score) + 0.5 * (bisect_right(good, score) - bisect_left(good, score))
+        for score in bad
+    )
+    return wins / (len(good) * len(bad))
+
+
+def evaluate(
+    scores: Sequence[Sequence[float]],
+    rows: Sequence[dict[str, Any]],
+    train_rows: Sequence[dict[str, Any]],
+    threshold: float,
+) -> dict[str, float]:
+    """Held-out figures of `scores` (P(good) per step) against the rows' labels, and against their
+    ``oracle_labels`` when every row has them (``oracle_`` prefix), each beside the trivial baselines: the
+    training split's majority label, "every step is bad", "the first step is the first error", "never an error"
+    and "the training split's most common first-error position"."""
+    good_share = sum(sum(row["labels"]) for row in train_rows) / sum(len(row["labels"]) for row in train_rows)
+    common = Counter(first_error(row["labels"]) for row in train_rows).most_common(1)[0][0]
+    baselines = {  # name -> whether it calls step `index` good
+        "majority": lambda index: good_share >= 0.5,
+        "all_bad": lambda index: False,
+        "first_step": lambda index: index != 0,
+        "never": lambda index: True,
+        "common": lambda index: common is None or index != common,
+    }
+    targets = [("", "labels")]
+    if all("oracle_labels" in row for row in rows):
+        targets.append(("oracle_", "oracle_labels"))
+    metrics: dict[str, float] = {}
+    for prefix, key in targets:
+        truth = [[bool(label) for label in row[key]] for row in rows]
+        predicted = [[score >= threshold for score in row_scores] for row_scores in scores]
+        metrics.update({f"{prefix}{name}": value for name, value in step_metrics(predicted, truth).items()})
+        metrics[f"{prefix}bad_step_auroc"] = bad_step_auroc(scores, truth)
+        guessed = {
+            name: step_metrics([[guess(index) for index in range(len(t))] for t in truth], truth)
+            for name, guess in baselines.items()
+        }
+        metrics[f"{prefix}baseline_majority_step_accuracy"] = guessed["majority"]["step_accuracy"]
+        metrics[f"{prefix}baseline_majority_bad_step_f1"] = guessed["majority"]["bad_step_f1"]
+        metrics[f"{prefix}baseline_all_bad_step_f1"] = guessed["all_bad"]["bad_step_f1"]
+        for name in ("first_step", "never", "common"):
+            metrics[f"{prefix}baseline_{name}_first_error_accuracy"] = guessed[name]["first_error_accuracy"]
+        metrics[f"{prefix}bad_step_share"] = 1 - sum(map(sum, truth)) / sum(map(len, truth))
+    metrics.update(
+        {
+            "held_out_trajectories": len(rows),
+            "held_out_steps": sum(len(row["labels"]) for row in rows),
+            "threshold": threshold,
+            "train_good_step_share": good_share,
+            "train_common_first_error": -1 if common is None else common,
+        }
+    )
+    return metrics
+
+
+# --- training ----------------------------------------------------------------------------------------------------
+
+
+def main(config: PRMConfig, reporter: Reporter | None = None) -> dict[str, Any]:
+    """Train, save and evaluate a PRM; returns the summary (also stored in the directory's manifest)."""
+    from transformers import AutoTokenizer
+
+    reporter = reporter or SilentReporter()
+    finished = finished_summary(config, KIND)
+    if finished is not None:
+        reporter.log(f"{config.output_dir} already holds this model; nothing to do")
+        return finished
+    rows = read_rows(config.data_path)
+    check_rows(rows)
+    # Split before filtering, so that the flag changes the training rows and never which tasks are held out.
+    train_rows, held_out = split_by_task(rows, config.eval_fraction, config.seed)
+    if not config.use_intervention_labels:
+        train_rows = [row for row in train_rows if not is_intervention(row)]
+    if not train_rows:
+        raise ConfigError("data_path", "has no training rows (after the held-out split and the intervention filter)")
+    # Evaluate on annotators' labels: an intervention row stops at the intervened step by construction.
+    eval_rows = [row for row in held_out if not is_intervention(row)]
+    prior_rows = [row for row in train_rows if not is_intervention(row)] or train_rows
+    sources = Counter("intervention" if is_intervention(row) else "label" for row in train_rows)
+    reporter.log(f"{len(train_rows)} training trajectories ({dict(sources)}), {len(eval_rows)} held out")
+
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(config.base_model))
+    trajectories = [
+        (row["prompt"], row["completions"], [int(bool(label)) for label in row["labels"]]) for row in train_rows
+    ]
+    examples = training_examples(tokenizer, trajectories, config.step_separator, config.max_length)
+    head = train_step_head(config, tokenizer, examples, id2label=ID2LABEL, reporter=reporter)
+    model = save_head(head, config)
+    model.eval()
+
+    metrics: dict[str, float] = {}
+    if eval_rows:
+        prm = ProcessRewardModel(model, tokenizer, config.batch_size)
+        scores = prm.batch_step_scores([(row["prompt"], row["completions"]) for row in eval_rows])
+        metrics = evaluate(scores, eval_rows, prior_rows, config.threshold)
+        reporter.metric(head.trainer.state.global_step, **{f"eval_{name}": value for name, value in metrics.items()})
+    losses = loss_history(head.trainer)
+    summary = {
+        "metrics": metrics,
+        "train_samples": len(examples),
+        "train_trajectories": len(train_rows),
+        "train_rows_by_source": dict(sources),
+        "eval_samples": len(eval_rows),
+        "train_seconds": head.train_seconds,
+        "samples_per_second": head.samples_per_second,
+        "global_step": head.trainer.state.global_step,
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "output_dir": config.output_dir,
+        "resumed_from": head.resumed_from,
+    }
+    if head.trainer.is_world_process_zero():
+        write_manifest(config.output_dir, kind=KIND, config=config, metrics=metrics, summary=summary)
+    reporter.log(f"wrote {config.output_dir}")
+    return summary
+
+
+if __name__ == "__main__":
+    cli(PRMConfig, main, __doc__)

@@ -1,0 +1,332 @@
+"""Per-step heads: what the process reward model (`reward_models.prm`) and the value critic (`reward_models.value`)
+share. Both put a token-classification head on a causal LM or encoder and read it at the token that ends each step,
+the design of TRL's former ``PRMTrainer``.
+
+A trajectory is a text `prompt` and one text piece per step (the stepwise and returns exports' layout: the prompt
+followed by the pieces is the transcript). Each piece is tokenised on its own, followed by `step_separator`, and the
+step is read at the last token of the two; everything else carries the label ``-100`` and is ignored::
+
+    <bos> System: reach the goal G User: ... Assistant: | goal is down 4 left 1 ; action left | User: ... action up
+                                                                                        ^ step 0               ^ step 1
+
+The exported pieces end at a decision and the next one starts with a newline, so the default separator is empty and
+each step is read at its last token (the action); set ``--step_separator '\\n'`` to read at a separator token as
+TRL did (on a word-level tokenizer a newline encodes to nothing and the two are the same).
+
+Long trajectories are cut into windows of at most `max_length` tokens rather than truncated, so no labelled step is
+dropped: the first window starts at the prompt; each later window ends past the first step not yet read and starts
+half a window before it (the beginning of the prompt is dropped first, then the earliest steps), and keeps ``<bos>``.
+Training and scoring cut the same way, so a step is scored with the context it was trained with. A causal LM reads
+each step from what came before it only; an encoder also sees the steps after it in the same window, so its score
+for a step changes when later steps are added (use a causal LM where that matters, as in online PPO).
+
+The head's settings (`step_separator`, `step_max_length`) are stored in the model's ``config.json``, so a directory
+that another trainer saved again (the policy issue's PPO continues the value critic) still scores the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reward_models.common import (
+    ARTIFACT_MANIFEST,
+    ConfigError,
+    JudgeConfig,
+    Reporter,
+    checkpoint_dir,
+    config_dict,
+    last_checkpoint,
+    read_manifest,
+    resolve_precision,
+    seed_everything,
+    trainer_callback,
+    trainer_precision_args,
+)
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer
+
+IGNORE = -100
+
+
+@dataclass
+class StepHeadConfig(JudgeConfig):
+    """Settings of a per-step head, on top of `JudgeConfig`."""
+
+    step_separator: str = field(
+        default="",
+        metadata={
+            "help": "Text appended to each step piece; the step is read at its last token (empty: the piece's)."
+        },
+    )
+
+
+# --- encoding ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepWindow:
+    """Token ids of (part of) one trajectory, and where in them each of its steps is read."""
+
+    input_ids: list[int]
+    positions: list[int]
+    steps: list[int]
+
+
+def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """Right padding (positions then count from each window's start) and a pad token (the end-of-text token for
+    causal LMs that have none)."""
+    tokenizer.padding_side = "right"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def step_windows(
+    tokenizer: PreTrainedTokenizerBase, prompt: str, completions: Sequence[str], separator: str, max_length: int
+) -> list[StepWindow]:
+    """`prompt` and the step pieces as windows of at most `max_length` tokens that together read every step once
+    (one window when the whole trajectory fits)."""
+    separator_ids = tokenizer(separator, add_special_tokens=False)["input_ids"] if separator else []
+    head = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    ends = []
+    for index, piece in enumerate(completions):
+        piece_ids = tokenizer(piece, add_special_tokens=False)["input_ids"] + separator_ids
+        if not piece_ids:
+            raise ValueError(
+                f"step {index} ({piece!r}) encodes to no tokens, so it cannot be read; set a step_separator"
+            )
+        ids.extend(piece_ids)
+        ends.append(len(ids) - 1)
+    budget = max_length - len(head)
+    if budget < 2:
+        raise ConfigError("max_length", f"must leave room for at least 2 tokens after <bos>, got {max_length}")
+    windows, step = [], 0
+    while step < len(ends):
+        start = max(0, min(ends[step] + 1 - budget // 2, len(ids) - budget))
+        stop = min(len(ids), start + budget)
+        steps = [k for k in range(step, len(ends)) if ends[k] < stop]
+        positions = [len(head) + ends[k] - start for k in steps]
+        windows.append(StepWindow(head + ids[start:stop], positions, steps))
+        step = steps[-1] + 1
+    return windows
+
+
+def training_examples(
+    tokenizer: PreTrainedTokenizerBase,
+    trajectories: Sequence[tuple[str, Sequence[str], Sequence[float]]],
+    separator: str,
+    max_length: int,
+) -> list[dict[str, list]]:
+    """``{"input_ids", "labels"}`` examples from ``(prompt, completions, targets)``: one per window, labelled with
+    each step's target at its read position and `IGNORE` elsewhere."""
+    examples = []
+    for prompt, completions, targets in trajectories:
+        for window in step_windows(tokenizer, prompt, completions, separator, max_length):
+            labels: list[float] = [IGNORE] * len(window.input_ids)
+            for position, step in zip(window.positions, window.steps, strict=True):
+                labels[position] = targets[step]
+            examples.append({"input_ids": window.input_ids, "labels": labels})
+    return examples
+
+
+class StepCollator:
+    """Pads a batch of examples on the right: pad token ids, a zero attention mask and `IGNORE` labels, as long
+    (class ids) or float (regression targets) tensors."""
+
+    def __init__(self, pad_token_id: int, regression: bool) -> None:
+        self.pad_token_id = pad_token_id
+        self.regression = regression
+
+    def __call__(self, examples: Sequence[dict[str, list]]) -> dict[str, torch.Tensor]:
+        import torch
+
+        width = max(len(example["input_ids"]) for example in examples)
+        input_ids = torch.full((len(examples), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(examples), width), dtype=torch.long)
+        labels = torch.full((len(examples), width), IGNORE, dtype=torch.float32 if self.regression else torch.long)
+        for row, example in enumerate(examples):
+            length = len(example["input_ids"])
+            input_ids[row, :length] = torch.tensor(example["input_ids"])
+            attention_mask[row, :length] = 1
+            labels[row, :length] = torch.tensor(example["labels"], dtype=labels.dtype)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def regression_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
+    """Squared error of a one-output head at the read positions (labels other than `IGNORE`), summed and divided by
+    the Trainer's count of read positions in the whole (accumulated) batch, or averaged when it gives none."""
+    predictions = outputs.logits.squeeze(-1).float()
+    read = labels != IGNORE
+    errors = (predictions[read] - labels[read].to(predictions.dtype)) ** 2
+    if num_items_in_batch is None:
+        return errors.mean()
+    return errors.sum() / num_items_in_batch
+
+
+# --- scoring -----------------------------------------------------------------------------------------------------
+
+
+def read_steps(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    trajectories: Sequence[tuple[str, Sequence[str]]],
+    batch_size: int = 16,
+) -> list[torch.Tensor]:
+    """The head's outputs at every step of each ``(prompt, completions)``: one float tensor of shape
+    ``(steps, num_labels)`` per trajectory, on the CPU. The model's mode is left as it is (call ``eval()``)."""
+    import torch
+
+    separator, max_length = model.config.step_separator, model.config.step_max_length
+    windows = [
+        (index, window)
+        for index, (prompt, completions) in enumerate(trajectories)
+        for window in step_windows(tokenizer, prompt, completions, separator, max_length)
+    ]
+    outputs = [torch.empty((len(completions), model.config.num_labels)) for _, completions in trajectories]
+    collator = StepCollator(tokenizer.pad_token_id, regression=False)
+    with torch.no_grad():
+        for first in range(0, len(windows), batch_size):
+            chunk = windows[first : first + batch_size]
+            batch = collator([{"input_ids": w.input_ids, "labels": [IGNORE] * len(w.input_ids)} for _, w in chunk])
+            logits = model(
+                input_ids=batch["input_ids"].to(model.device), attention_mask=batch["attention_mask"].to(model.device)
+            ).logits.float()
+            for row, (index, window) in enumerate(chunk):
+                outputs[index][window.steps] = logits[row, window.positions].cpu()
+    return outputs
+
+
+def load_step_model(path: str | Path, device: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A per-step head directory's model (in eval mode, on `device`: CUDA when there is one) and tokenizer."""
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    model = AutoModelForTokenClassification.from_pretrained(path)
+    for setting in ("step_separator", "step_max_length"):
+        if not hasattr(model.config, setting):
+            raise ValueError(f"{path} is not a per-step head: its config.json has no {setting}")
+    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
+    return model, prepare_tokenizer(AutoTokenizer.from_pretrained(path))
+
+
+# --- training ----------------------------------------------------------------------------------------------------
+
+
+def finished_summary(config: StepHeadConfig, kind: str) -> dict[str, Any] | None:
+    """The stored summary when `config.output_dir` already holds a finished model of this kind from the same
+    config and snapshot (so a repeated run does nothing), None when it holds none. A different finished model
+    there is a `ConfigError`: it is never overwritten."""
+    if not (Path(config.output_dir) / ARTIFACT_MANIFEST).is_file():
+        return None
+    manifest = read_manifest(config.output_dir)
+    if manifest.get("kind") != kind or manifest.get("config") != config_dict(config):
+        raise ConfigError("output_dir", f"{config.output_dir} already holds a finished model from another config")
+    return manifest["summary"]
+
+
+@dataclass
+class TrainedHead:
+    trainer: Trainer
+    resumed_from: str | None
+    steps_run: int
+    train_seconds: float
+
+    @property
+    def samples_per_second(self) -> float:
+        args = self.trainer.args
+        samples = self.steps_run * args.per_device_train_batch_size * args.world_size
+        return samples / self.train_seconds if self.train_seconds > 0 else 0.0
+
+
+def train_step_head(
+    config: StepHeadConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    examples: Sequence[dict[str, list]],
+    *,
+    id2label: dict[int, str],
+    reporter: Reporter,
+    compute_loss_func: Callable[..., torch.Tensor] | None = None,
+) -> TrainedHead:
+    """Train ``AutoModelForTokenClassification`` from `config.base_model` with one output per label in `id2label`
+    on `examples` with the transformers `Trainer` (accelerate underneath), checkpointing into
+    ``checkpoint_dir(output_dir)`` and resuming from the last checkpoint there. With one label the head regresses
+    (pass `regression_loss`); otherwise the model's own cross-entropy trains it. Exceptions from the reporter stop
+    training and propagate."""
+    from transformers import AutoModelForTokenClassification, PrinterCallback, Trainer, TrainingArguments
+
+    precision = resolve_precision(config.precision)
+    seed_everything(config.seed)
+    model = AutoModelForTokenClassification.from_pretrained(
+        config.base_model, num_labels=len(id2label), id2label=id2label, label2id={v: k for k, v in id2label.items()}
+    )
+    model.config.pad_token_id = tokenizer.pad_token_id
+    # A head reads every position in one pass; a decoder's KV cache would only cost memory.
+    model.config.use_cache = False
+    model.config.step_separator = config.step_separator
+    model.config.step_max_length = config.max_length
+    if config.use_lora:
+        from peft import LoraConfig, TaskType, get_peft_model
+
+        # TOKEN_CLS keeps the new head (`score` / `classifier`) fully trainable beside the adapters, which go on
+        # peft's default modules for the architecture (attention projections).
+        lora = LoraConfig(task_type=TaskType.TOKEN_CLS, r=config.lora_r, lora_alpha=2 * config.lora_r)
+        model = get_peft_model(model, lora)
+    args = TrainingArguments(
+        output_dir=str(checkpoint_dir(config.output_dir)),
+        num_train_epochs=config.num_epochs,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        seed=config.seed,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        logging_steps=config.logging_steps,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        **trainer_precision_args(precision),
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        data_collator=StepCollator(tokenizer.pad_token_id, regression=len(id2label) == 1),
+        train_dataset=list(examples),
+        processing_class=tokenizer,
+        compute_loss_func=compute_loss_func,
+        callbacks=[trainer_callback(reporter)],
+    )
+    # The reporter shows progress and metrics; the Trainer's own printer would repeat every log line on stdout.
+    trainer.remove_callback(PrinterCallback)
+    resumed_from = last_checkpoint(config.output_dir)
+    if resumed_from:
+        reporter.log(f"resuming from {resumed_from}")
+    started = time.monotonic()
+    start_step = int(Path(resumed_from).name.rsplit("-", 1)[1]) if resumed_from else 0
+    trainer.train(resume_from_checkpoint=resumed_from)
+    seconds = time.monotonic() - started
+    return TrainedHead(trainer, resumed_from, trainer.state.global_step - start_step, seconds)
+
+
+def save_head(head: TrainedHead, config: StepHeadConfig) -> PreTrainedModel:
+    """Write the trained model (LoRA adapters merged into it) and tokenizer to `config.output_dir` as an ordinary
+    HF directory; returns the model that was written, for evaluation."""
+    trainer = head.trainer
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if config.use_lora:
+        model = model.merge_and_unload()
+    if trainer.is_world_process_zero():
+        model.save_pretrained(config.output_dir)
+        trainer.processing_class.save_pretrained(config.output_dir)
+    return model
+
+
+def loss_history(trainer: Trainer) -> list[float]:
+    """The training losses the Trainer logged, in order."""
+    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]

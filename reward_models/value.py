@@ -1,0 +1,279 @@
+"""Train a value critic: V(history) at every step of a trajectory, regressed on discounted returns.
+
+A one-output regression head on any causal LM or encoder directory, read at the token that ends each step (the
+same step reading as the process reward model; see `reward_models.steps`), trained with squared error to
+``G_t = sum_k gamma^k r_{t+k}`` through the transformers `Trainer`.
+
+``values()[t]`` is read at the end of step ``t``, after its decision, and estimates ``G_t``, the return from step
+``t`` on, reward ``r_t`` included: in RL terms the value of decision ``t`` given the history before it, so it also
+ranks candidate decisions for the same history (best-of-N).
+
+To continue training it (the policy issue's PPO), load the directory with
+``AutoModelForTokenClassification.from_pretrained`` (``num_labels`` is 1), read ``logits[..., 0]`` at the positions
+`reward_models.steps.step_windows` gives, and save it again with ``save_pretrained``: the step settings travel in
+its ``config.json``.
+
+The data is the `returns` export: ``prompt``, ``completions`` (one text piece per step) and ``rewards`` (the
+environment's per-step rewards). Rows whose ``rewards`` is null get rewards from judge models instead: the reward
+model in `reward_model` scores the whole trajectory and its score becomes the last step's reward, and the process
+reward model in `prm` adds ``P(good) - 0.5`` to each step's. Whole tasks are held out; on their steps the run
+reports the explained variance ``1 - Var(G - V) / Var(G)`` and the mean squared error, beside the baseline that
+predicts the training split's mean return at each step index.
+
+    python -m reward_models.value --data_path returns.jsonl --base_model var/policies/bootstrap \\
+        --output_dir var/models/value --gamma 0.99 --max_steps 200
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reward_models.common import (
+    ConfigError,
+    Reporter,
+    SilentReporter,
+    cli,
+    read_rows,
+    require,
+    split_by_task,
+    write_manifest,
+)
+from reward_models.steps import (
+    StepHeadConfig,
+    finished_summary,
+    load_step_model,
+    loss_history,
+    prepare_tokenizer,
+    read_steps,
+    regression_loss,
+    save_head,
+    train_step_head,
+    training_examples,
+)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+KIND = "value_critic"
+ID2LABEL = {0: "value"}
+
+
+@dataclass
+class ValueConfig(StepHeadConfig):
+    output_dir: str = field(default="var/models/value", metadata={"help": "Where checkpoints and the model go."})
+    gamma: float = field(default=0.99, metadata={"help": "Discount of the returns the critic regresses on."})
+    reward_model: str = field(
+        default="",
+        metadata={"help": "A reward model directory; scores trajectories without rewards (the last step's reward)."},
+    )
+    prm: str = field(
+        default="",
+        metadata={"help": "A process reward model directory; adds P(good) - 0.5 to each step of such trajectories."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(0.0 <= self.gamma <= 1.0, "gamma", "must be between 0 and 1")
+
+
+class ValueCritic:
+    """The value of a trajectory's history at each of its steps.
+
+    >>> critic = load_value_critic("var/models/value")  # doctest: +SKIP
+    >>> critic.values("System: reach the goal G\\nUser: A G\\nAssistant:", [" goal is right 1 ; action right"])
+    [0.96]
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 16) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+
+    def values(self, prompt: str, completions: Sequence[str]) -> list[float]:
+        """V at the end of each step piece of one trajectory (the returns export's `prompt` and `completions`)."""
+        return self.batch_values([(prompt, completions)])[0]
+
+    def batch_values(self, trajectories: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]:
+        return [
+            output[:, 0].tolist() for output in read_steps(self.model, self.tokenizer, trajectories, self.batch_size)
+        ]
+
+
+def load_value_critic(path: str | Path, device: str | None = None) -> ValueCritic:
+    """The value critic in directory `path` (on CUDA when there is one, unless `device` says otherwise)."""
+    model, tokenizer = load_step_model(path, device)
+    return ValueCritic(model, tokenizer)
+
+
+# --- returns -----------------------------------------------------------------------------------------------------
+
+
+def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
+    """``G_t = r_t + gamma * G_{t+1}`` for every step, the episode ending after the last."""
+    returns, following = [], 0.0
+    for reward in reversed(rewards):
+        following = reward + gamma * following
+        returns.append(following)
+    return returns[::-1]
+
+
+def check_rows(rows: Sequence[dict[str, Any]]) -> None:
+    """Returns rows must have a text prompt, step pieces and, unless null, one reward per piece."""
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row.get("prompt"), str):
+            raise ConfigError("data_path", f"row {number}: prompt must be text (export the returns layout)")
+        completions, rewards = row.get("completions"), row.get("rewards")
+        if not isinstance(completions, list) or not completions:
+            raise ConfigError("data_path", f"row {number}: completions must be a non-empty list of step pieces")
+        if rewards is not None and (not isinstance(rewards, list) or len(rewards) != len(completions)):
+            raise ConfigError("data_path", f"row {number}: rewards must be null or hold one number per completion")
+
+
+def step_rewards(rows: Sequence[dict[str, Any]], config: ValueConfig, reporter: Reporter) -> list[list[float]]:
+    """Each row's per-step rewards: the environment's, or for rows without them the judges' (see the module
+    docstring). Rows without rewards and no judge configured are a `ConfigError` on `reward_model`."""
+    for name in ("reward_model", "prm"):
+        require(not getattr(config, name) or Path(getattr(config, name)).is_dir(), name, "no such model directory")
+    unknown = [index for index, row in enumerate(rows) if row["rewards"] is None]
+    rewards = [None if row["rewards"] is None else [float(r) for r in row["rewards"]] for row in rows]
+    if not unknown:
+        return rewards
+    if not (config.reward_model or config.prm):
+        raise ConfigError(
+            "reward_model",
+            f"{len(unknown)} of {len(rows)} trajectories have no rewards; give a reward_model (or prm) to score them",
+        )
+    reporter.log(f"scoring {len(unknown)} trajectories without rewards with the judge models")
+    judged = [[0.0] * len(rows[index]["completions"]) for index in unknown]
+    trajectories = [(rows[index]["prompt"], rows[index]["completions"]) for index in unknown]
+    if config.prm:
+        from reward_models.prm import load_prm
+
+        prm = load_prm(config.prm)
+        prm.batch_size = config.batch_size
+        for steps, scores in zip(judged, prm.batch_step_scores(trajectories), strict=True):
+            steps[:] = [score - 0.5 for score in scores]
+    if config.reward_model:
+        from reward_models.reward import load_reward_model
+
+        scores, _ = load_reward_model(config.reward_model).score(
+            [prompt for prompt, _ in trajectories], ["".join(completions) for _, completions in trajectories]
+        )
+        for steps, score in zip(judged, scores, strict=True):
+            steps[-1] += score
+    for index, steps in zip(unknown, judged, strict=True):
+        rewards[index] = steps
+    return rewards
+
+
+# --- evaluation --------------------------------------------------------------------------------------------------
+
+
+def explained_variance(targets: Sequence[float], predictions: Sequence[float]) -> float | None:
+    """``1 - Var(G - V) / Var(G)``: 1 is perfect, 0 no better than a constant; None when the returns are constant."""
+    n = len(targets)
+    mean = sum(targets) / n
+    variance = sum((g - mean) ** 2 for g in targets) / n
+    if variance == 0:
+        return None
+    residuals = [g - v for g, v in zip(targets, predictions, strict=True)]
+    residual_mean = sum(residuals) / n
+    return 1.0 - sum((r - residual_mean) ** 2 for r in residuals) / n / variance
+
+
+def evaluate(
+    predicted: Sequence[Sequence[float]], returns: Sequence[Sequence[float]], train_returns: Sequence[Sequence[float]]
+) -> dict[str, float]:
+    """Held-out explained variance and mean squared error of `predicted` against `returns`, and the same for the
+    baseline that predicts the training returns' mean at each step index (the overall mean past the longest)."""
+    by_index: dict[int, list[float]] = defaultdict(list)
+    for trajectory in train_returns:
+        for index, value in enumerate(trajectory):
+            by_index[index].append(value)
+    overall = sum(sum(t) for t in train_returns) / sum(len(t) for t in train_returns)
+    baseline = [
+        [sum(by_index[i]) / len(by_index[i]) if i in by_index else overall for i in range(len(t))] for t in returns
+    ]
+    targets = [g for trajectory in returns for g in trajectory]
+    metrics: dict[str, float] = {}
+    for prefix, guesses in (("", predicted), ("baseline_step_mean_", baseline)):
+        flat = [v for trajectory in guesses for v in trajectory]
+        variance_explained = explained_variance(targets, flat)
+        if variance_explained is not None:
+            metrics[f"{prefix}explained_variance"] = variance_explained
+        metrics[f"{prefix}mse"] = sum((g - v) ** 2 for g, v in zip(targets, flat, strict=True)) / len(targets)
+    metrics.update(
+        {
+            "held_out_trajectories": len(returns),
+            "held_out_steps": len(targets),
+            "return_mean": sum(targets) / len(targets),
+        }
+    )
+    return metrics
+
+
+# --- training ----------------------------------------------------------------------------------------------------
+
+
+def main(config: ValueConfig, reporter: Reporter | None = None) -> dict[str, Any]:
+    """Train, save and evaluate a value critic; returns the summary (also stored in the directory's manifest)."""
+    from transformers import AutoTokenizer
+
+    reporter = reporter or SilentReporter()
+    finished = finished_summary(config, KIND)
+    if finished is not None:
+        reporter.log(f"{config.output_dir} already holds this model; nothing to do")
+        return finished
+    rows = read_rows(config.data_path)
+    check_rows(rows)
+    returns = [discounted_returns(rewards, config.gamma) for rewards in step_rewards(rows, config, reporter)]
+    for row, row_returns in zip(rows, returns, strict=True):
+        row["returns"] = row_returns
+    train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
+    if not train_rows:
+        raise ConfigError("data_path", "has no training rows after the held-out split")
+    reporter.log(f"{len(train_rows)} training trajectories, {len(eval_rows)} held out")
+
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(config.base_model))
+    trajectories = [(row["prompt"], row["completions"], row["returns"]) for row in train_rows]
+    examples = training_examples(tokenizer, trajectories, config.step_separator, config.max_length)
+    head = train_step_head(
+        config, tokenizer, examples, id2label=ID2LABEL, reporter=reporter, compute_loss_func=regression_loss
+    )
+    model = save_head(head, config)
+    model.eval()
+
+    metrics: dict[str, float] = {}
+    if eval_rows:
+        critic = ValueCritic(model, tokenizer, config.batch_size)
+        predicted = critic.batch_values([(row["prompt"], row["completions"]) for row in eval_rows])
+        metrics = evaluate(predicted, [row["returns"] for row in eval_rows], [row["returns"] for row in train_rows])
+        metrics["held_out_trajectories_with_rewards"] = sum(row["rewards"] is not None for row in eval_rows)
+        reporter.metric(head.trainer.state.global_step, **{f"eval_{name}": value for name, value in metrics.items()})
+    losses = loss_history(head.trainer)
+    summary = {
+        "metrics": metrics,
+        "train_samples": len(examples),
+        "train_trajectories": len(train_rows),
+        "judged_trajectories": sum(row["rewards"] is None for row in rows),
+        "eval_samples": len(eval_rows),
+        "train_seconds": head.train_seconds,
+        "samples_per_second": head.samples_per_second,
+        "global_step": head.trainer.state.global_step,
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "output_dir": config.output_dir,
+        "resumed_from": head.resumed_from,
+    }
+    if head.trainer.is_world_process_zero():
+        write_manifest(config.output_dir, kind=KIND, config=config, metrics=metrics, summary=summary)
+    reporter.log(f"wrote {config.output_dir}")
+    return summary
+
+
+if __name__ == "__main__":
+    cli(ValueConfig, main, __doc__)

@@ -1,0 +1,302 @@
+"""The reward-model pipeline: Bradley-Terry through TRL's RewardTrainer on oracle-labelled gridworld comparisons,
+with a tiny untrained Llama on CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reward_models.common import ConfigError, config_from_dict, read_manifest, split_by_task
+from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
+from reward_models.reward import RewardConfig, evaluate, load_reward_model, main
+from tests.reward_models.reporters import RecordingReporter, RunCancelled
+
+# A small grid and a short step limit keep transcripts near 120 tokens, so a training step takes milliseconds.
+SMALL_GRID = {"size": 4, "max_steps": 6}
+# Settings under which the tiny model learns within a few dozen steps.
+FAST = {"batch_size": 8, "learning_rate": 5e-3, "logging_steps": 1, "save_steps": 1000}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # Two OpenMP threads on a shared, loaded 2-core machine run a tiny model ~10x slower than one.
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    episodes = scripted_episodes(30, per_task=4, seed=0, env_config=SMALL_GRID)
+    return preference_rows(episodes, ties="include")
+
+
+@pytest.fixture(scope="module")
+def data_path(rows, tmp_path_factory) -> Path:
+    return write_jsonl(rows, tmp_path_factory.mktemp("reward-data") / "preference.jsonl")
+
+
+@pytest.fixture(scope="module")
+def trained(data_path, tiny_base_model, tmp_path_factory):
+    """One 40-step run: (config, summary, reporter)."""
+    reporter = RecordingReporter()
+    config = RewardConfig(
+        data_path=str(data_path),
+        base_model=str(tiny_base_model),
+        output_dir=str(tmp_path_factory.mktemp("reward") / "run"),
+        max_steps=40,
+        **FAST,
+    )
+    return config, main(config, reporter), reporter
+
+
+def make_config(data_path: Path, base: Path, output_dir: Path, **overrides) -> RewardConfig:
+    return RewardConfig(
+        data_path=str(data_path), base_model=str(base), output_dir=str(output_dir), **{**FAST, **overrides}
+    )
+
+
+def held_out(rows: list[dict], config: RewardConfig) -> list[dict]:
+    return split_by_task(rows, config.eval_fraction, config.seed)[1]
+
+
+def test_training_lowers_the_loss_changes_the_weights_and_reports_every_step(trained, tiny_base_model):
+    from safetensors.torch import load_file
+
+    config, summary, reporter = trained
+    losses = reporter.series("loss")
+    assert len(losses) == 40
+    assert sum(losses[-8:]) / 8 < sum(losses[:8]) / 8 - 0.1
+    assert [current for current, _ in reporter.steps] == list(range(1, 41))
+    for name in ("accuracy", "grad_norm", "learning_rate"):
+        assert len(reporter.series(name)) == 40, name
+
+    base = load_file(tiny_base_model / "model.safetensors")
+    trained_weights = load_file(Path(config.output_dir) / "members/0/model.safetensors")
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert (trained_weights[name] - base[name]).abs().max() > 1e-4
+    assert trained_weights["score.weight"].shape == (1, 32)
+    assert summary["train_samples"] > 0 and summary["samples_per_second"] > 0
+    assert not (Path(config.output_dir) / "checkpoints").exists()
+
+
+def test_the_saved_model_scores_the_held_out_pairs_as_the_trained_one_did(trained, rows):
+    config, summary, _ = trained
+    metrics = summary["metrics"]
+    model = load_reward_model(config.output_dir)
+    again = evaluate(model, held_out(rows, config), config.ece_bins)
+    assert again["pairs"] == metrics["pairs"] == summary["eval_samples"] - metrics["tie_pairs"]
+    for name in ("accuracy", "log_loss", "ece", "shorter_wins_accuracy", "tie_mean_abs_gap"):
+        assert again[name] == pytest.approx(metrics[name], abs=1e-4), name
+    assert set(metrics["by_pair_type"]) == {"both_succeeded", "one_succeeded", "both_failed"}
+    assert sum(group["pairs"] for group in metrics["by_pair_type"].values()) == metrics["pairs"]
+    assert metrics["accuracy"] > 0.6
+
+
+def test_the_loaded_model_prefers_the_oracle_better_trajectory_on_training_pairs(trained, rows):
+    config, _, _ = trained
+    model = load_reward_model(config.output_dir)
+    eval_tasks = {row["task_id"] for row in held_out(rows, config)}
+    pairs = [row for row in rows if row["task_id"] not in eval_tasks and not row["tie"]]
+    better = [row["chosen"] if row["oracle_preferred"] else row["rejected"] for row in pairs]
+    worse = [row["rejected"] if row["oracle_preferred"] else row["chosen"] for row in pairs]
+    probabilities, spread = model.preference_probabilities([row["prompt"] for row in pairs], better, worse)
+    assert spread is None
+    assert sum(p > 0.5 for p in probabilities) / len(pairs) > 0.7
+
+    mean, std = model.score([pairs[0]["prompt"]] * 2, [better[0], worse[0]])
+    assert std is None
+    assert model.preference_probability(pairs[0]["prompt"], better[0], worse[0])[0] == pytest.approx(
+        1 / (1 + math.exp(mean[1] - mean[0])), abs=1e-5
+    )
+
+
+def test_a_score_does_not_depend_on_the_other_sequences_in_its_batch(trained, rows):
+    config, _, _ = trained
+    model = load_reward_model(config.output_dir)
+    assert model.tokenizer.padding_side == "left"  # ours pad on the right, as TRL's collator did in training
+    prompt = rows[0]["prompt"]
+    completions = sorted([row["chosen"] for row in rows[:6]], key=len)
+    together, _ = model.score([prompt] * len(completions), completions)
+    alone = [model.score([prompt], [completion])[0][0] for completion in completions]
+    assert len({len(model.encode(prompt, completion)) for completion in completions}) > 1
+    assert together == pytest.approx(alone, abs=1e-5)
+
+
+def test_tie_rows_alone_train_towards_equal_scores(rows, tiny_base_model, tmp_path):
+    ties = [row for row in rows if row["tie"]]
+    config = make_config(
+        write_jsonl(ties, tmp_path / "ties.jsonl"),
+        tiny_base_model,
+        tmp_path / "run",
+        ties="tie_loss",
+        eval_fraction=0.0,
+        max_steps=8,
+    )
+    reporter = RecordingReporter()
+    summary = main(config, reporter)
+    assert summary["train_samples"] == len(ties) and summary["dropped_ties"] == 0
+    losses = reporter.series("loss")
+    # -1/2 log s(d) - 1/2 log s(-d) is at least log 2, reached at d = 0; a preference loss would fall below it.
+    assert len(losses) == 8 and min(losses) >= math.log(2) - 1e-4
+    assert len(reporter.series("tie_gap")) == 8
+
+
+def test_tie_loss_keeps_tie_rows_that_drop_leaves_out(rows, data_path, tiny_base_model, tmp_path):
+    kept = main(make_config(data_path, tiny_base_model, tmp_path / "kept", ties="tie_loss", max_steps=3))
+    dropped = main(make_config(data_path, tiny_base_model, tmp_path / "dropped", ties="drop", max_steps=3))
+    train_ties = sum(row["tie"] for row in split_by_task(rows, 0.2, 0)[0])
+    assert train_ties > 0
+    assert dropped["dropped_ties"] == train_ties and kept["dropped_ties"] == 0
+    assert kept["train_samples"] == dropped["train_samples"] + train_ties
+
+
+def test_a_bootstrap_ensemble_gives_a_spread_and_resumes_its_current_member(data_path, tiny_base_model, tmp_path):
+    config = make_config(
+        data_path,
+        tiny_base_model,
+        tmp_path / "run",
+        ensemble_size=2,
+        ensemble_mode="bootstrap",
+        max_steps=6,
+        save_steps=2,
+    )
+    crash = RecordingReporter(raise_at=9, error=RuntimeError("worker lost"))  # member 1, its step 3
+    with pytest.raises(RuntimeError, match="worker lost"):
+        main(config, crash)
+    assert (tmp_path / "run/members/0/tandem_member.json").is_file()
+    assert not (tmp_path / "run/members/1").exists()
+
+    reporter = RecordingReporter()
+    summary = main(config, reporter)
+    assert "member 0: already trained" in reporter.lines
+    assert summary["resumed_from"].endswith("checkpoint-2")
+    assert reporter.steps[0] == (9, 12) and reporter.steps[-1] == (12, 12)
+    first, second = summary["members"]
+    assert first["data_digest"] != second["data_digest"]
+    assert first["distinct_pairs"] < first["train_pairs"] and second["distinct_pairs"] < second["train_pairs"]
+    assert summary["metrics"]["mean_member_std"] > 0
+
+    model = load_reward_model(config.output_dir)
+    assert len(model.members) == 2
+    row = json.loads(data_path.read_text().splitlines()[0])
+    mean, std = model.score([row["prompt"]] * 2, [row["chosen"], row["rejected"]])
+    assert std is not None and len(std) == 2 and all(s > 0 for s in std)
+    p, p_std = model.preference_probability(row["prompt"], row["chosen"], row["rejected"])
+    assert 0 < p < 1 and p_std > 0
+
+
+def test_a_run_resumes_from_its_last_checkpoint_after_a_crash(data_path, tiny_base_model, tmp_path):
+    config = make_config(data_path, tiny_base_model, tmp_path / "run", max_steps=6, save_steps=2)
+    with pytest.raises(RuntimeError):
+        main(config, RecordingReporter(raise_at=5, error=RuntimeError("killed")))
+    assert sorted(p.name for p in (tmp_path / "run/checkpoints").glob("checkpoint-*")) == [
+        "checkpoint-2",
+        "checkpoint-4",
+    ]
+
+    reporter = RecordingReporter()
+    summary = main(config, reporter)
+    assert summary["resumed_from"].endswith("checkpoint-4")
+    assert [current for current, _ in reporter.steps] == [5, 6]
+    assert summary["members"][0]["steps"] == 6
+
+
+def test_a_cancel_raised_by_the_reporter_stops_training_within_one_step(data_path, tiny_base_model, tmp_path):
+    config = make_config(data_path, tiny_base_model, tmp_path / "run", max_steps=20)
+    reporter = RecordingReporter(raise_at=3, error=RunCancelled())
+    with pytest.raises(RunCancelled):
+        main(config, reporter)
+    assert [current for current, _ in reporter.steps] == [1, 2, 3]
+    assert not (tmp_path / "run/tandem_artifact.json").exists()
+    assert not (tmp_path / "run/members/0").exists()
+
+
+def test_a_finished_run_directory_returns_its_summary_without_training(trained):
+    config, summary, _ = trained
+    reporter = RecordingReporter()
+    assert main(config, reporter) == json.loads(json.dumps(summary))
+    assert reporter.steps == []
+    changed = RewardConfig(**{**config.__dict__, "learning_rate": 1e-3})
+    with pytest.raises(ConfigError) as error:
+        main(changed)
+    assert error.value.field == "output_dir"
+
+
+def test_lora_adapters_are_merged_into_a_model_that_loads_without_peft(data_path, tiny_base_model, tmp_path):
+    config = make_config(data_path, tiny_base_model, tmp_path / "run", use_lora=True, lora_r=4, max_steps=3)
+    main(config)
+    member = tmp_path / "run/members/0"
+    assert (member / "model.safetensors").is_file() and not (member / "adapter_config.json").exists()
+    model = load_reward_model(tmp_path / "run")
+    row = json.loads(data_path.read_text().splitlines()[0])
+    assert math.isfinite(model.score([row["prompt"]], [row["chosen"]])[0][0])
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"ties": "maybe"}, "ties"),
+        ({"ensemble_size": 0}, "ensemble_size"),
+        ({"ensemble_mode": "bagging"}, "ensemble_mode"),
+        ({"ece_bins": 0}, "ece_bins"),
+        ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps"),
+        ({"use_margin": "yes"}, "use_margin"),
+        ({"margin_scale": 2.0}, "margin_scale"),
+    ],
+)
+def test_a_bad_setting_is_refused_naming_its_field(values, field):
+    with pytest.raises(ConfigError) as error:
+        config_from_dict(RewardConfig, {"data_path": "x.jsonl", "base_model": "m", **values})
+    assert error.value.field == field
+    assert str(error.value).startswith(f"{field}: ")
+
+
+def test_rows_without_a_rejected_side_are_refused_naming_the_data(tiny_base_model, tmp_path):
+    path = write_jsonl([{"prompt": "p", "chosen": "a", "task_id": 1}], tmp_path / "bad.jsonl")
+    with pytest.raises(ConfigError, match="row 1 has no 'rejected'") as error:
+        main(make_config(path, tiny_base_model, tmp_path / "run"))
+    assert error.value.field == "data_path"
+
+
+def test_the_command_line_shows_help_and_trains_on_text_rows(tiny_base_model, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "reward_models.reward"]
+    shown = subprocess.run([*command, "--help"], capture_output=True, text=True, env=env, check=True)
+    assert "--ensemble_mode" in shown.stdout and "--ties" in shown.stdout
+
+    episodes = scripted_episodes(6, per_task=3, seed=4, env_config=SMALL_GRID)
+    data = write_jsonl(preference_rows(episodes, style="text"), tmp_path / "text.jsonl")
+    run = subprocess.run(
+        [
+            *command,
+            "--data_path",
+            str(data),
+            "--base_model",
+            str(tiny_base_model),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--max_steps",
+            "3",
+            "--batch_size",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(run.stdout)
+    assert summary["members"][0]["steps"] == 3
+    assert read_manifest(tmp_path / "run")["summary"] == summary
+    assert load_reward_model(tmp_path / "run").score([episodes[0].messages[0]["content"]], [" action up"])[1] is None

@@ -1,0 +1,277 @@
+"""The value critic: a regression head at step ends on discounted gridworld returns (or judge-model rewards), with
+a tiny untrained Llama on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reward_models.common import ConfigError, config_from_dict, read_manifest, split_by_task
+from reward_models.oracle_data import preference_rows, returns_rows, scripted_episodes, stepwise_rows, write_jsonl
+from reward_models.value import (
+    ValueConfig,
+    discounted_returns,
+    evaluate,
+    explained_variance,
+    load_value_critic,
+    main,
+    step_rewards,
+)
+from tests.reward_models.reporters import RecordingReporter, RunCancelled
+
+# A 4x4 grid with an 8-step limit keeps a trajectory near 200 tokens.
+SMALL_GRID = {"size": 4, "max_steps": 8}
+FAST = {"batch_size": 8, "learning_rate": 1e-2, "logging_steps": 1, "save_steps": 1000, "max_length": 512}
+GAMMA = 0.9
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # Two OpenMP threads on a shared, loaded 2-core machine run a tiny model far slower than one.
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def episodes():
+    return scripted_episodes(40, per_task=3, seed=0, env_config=SMALL_GRID)
+
+
+@pytest.fixture(scope="module")
+def rows(episodes) -> list[dict]:
+    return returns_rows(episodes)
+
+
+@pytest.fixture(scope="module")
+def data_path(rows, tmp_path_factory) -> Path:
+    return write_jsonl(rows, tmp_path_factory.mktemp("value-data") / "returns.jsonl")
+
+
+@pytest.fixture(scope="module")
+def unrewarded_path(episodes, tmp_path_factory) -> Path:
+    return write_jsonl(
+        returns_rows(episodes, with_rewards=False), tmp_path_factory.mktemp("value-data") / "null.jsonl"
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(data_path, tiny_base_model, tmp_path_factory):
+    """One 100-step run: (config, summary, reporter)."""
+    reporter = RecordingReporter()
+    config = ValueConfig(
+        data_path=str(data_path),
+        base_model=str(tiny_base_model),
+        output_dir=str(tmp_path_factory.mktemp("value") / "model"),
+        max_steps=100,
+        gamma=GAMMA,
+        **FAST,
+    )
+    return config, main(config, reporter), reporter
+
+
+@pytest.fixture(scope="module")
+def prm_dir(episodes, tiny_base_model, tmp_path_factory) -> Path:
+    from reward_models.prm import PRMConfig
+    from reward_models.prm import main as train_prm
+
+    folder = tmp_path_factory.mktemp("judges")
+    data = write_jsonl(stepwise_rows(episodes), folder / "stepwise.jsonl")
+    train_prm(
+        PRMConfig(data_path=str(data), base_model=str(tiny_base_model), output_dir=str(folder / "prm"), max_steps=2)
+    )
+    return folder / "prm"
+
+
+@pytest.fixture(scope="module")
+def reward_model_dir(episodes, tiny_base_model, tmp_path_factory) -> Path:
+    from reward_models.reward import RewardConfig
+    from reward_models.reward import main as train_reward_model
+
+    folder = tmp_path_factory.mktemp("judges")
+    # The returns export holds text transcripts, so the reward model that scores them trains on text rows too.
+    data = write_jsonl(preference_rows(episodes, style="text"), folder / "preference.jsonl")
+    train_reward_model(
+        RewardConfig(data_path=str(data), base_model=str(tiny_base_model), output_dir=str(folder / "rm"), max_steps=2)
+    )
+    return folder / "rm"
+
+
+def config_for(data_path, base_model, output_dir, **overrides) -> ValueConfig:
+    values = {"gamma": GAMMA, **FAST, **overrides}
+    return ValueConfig(data_path=str(data_path), base_model=str(base_model), output_dir=str(output_dir), **values)
+
+
+def test_discounted_returns_sum_the_rewards_ahead():
+    assert discounted_returns([0.0, 0.0, 1.0], 0.5) == [0.25, 0.5, 1.0]
+    assert discounted_returns([1.0, -1.0, 2.0], 1.0) == [2.0, 1.0, 2.0]
+    assert discounted_returns([3.0], 0.0) == [3.0]
+
+
+def test_explained_variance_and_the_step_mean_baseline():
+    assert explained_variance([0.0, 1.0, 2.0], [0.0, 1.0, 2.0]) == 1.0
+    assert explained_variance([0.0, 1.0, 2.0], [5.0, 5.0, 5.0]) == 0.0
+    assert explained_variance([1.0, 1.0], [0.0, 2.0]) is None
+    # Training returns average 0.5 at step 0 and 1.0 at step 1; the baseline predicts exactly those.
+    metrics = evaluate([[0.5, 1.0]], [[0.5, 1.0]], [[0.0, 1.0], [1.0, 1.0]])
+    assert metrics["baseline_step_mean_mse"] == 0.0 and metrics["mse"] == 0.0
+    assert metrics["explained_variance"] == 1.0 and metrics["baseline_step_mean_explained_variance"] == 1.0
+
+
+def test_training_lowers_the_loss_changes_the_weights_and_reports_every_step(trained, tiny_base_model):
+    import torch
+    from safetensors.torch import load_file
+
+    config, summary, reporter = trained
+    assert reporter.steps == [(step, 100) for step in range(1, 101)]
+    losses = reporter.series("loss")
+    assert sum(losses[-20:]) / 20 < sum(losses[:20]) / 20 - 0.02
+    base = load_file(Path(tiny_base_model) / "model.safetensors")
+    tuned = load_file(Path(config.output_dir) / "model.safetensors")
+    shared = [name for name in tuned if name in base]
+    assert len(shared) > 10
+    assert all(not torch.equal(base[name], tuned[name]) for name in shared)
+    assert tuned["score.weight"].shape[0] == 1
+    assert summary["global_step"] == 100 and summary["judged_trajectories"] == 0
+
+
+def test_the_loaded_critic_explains_variance_of_the_training_returns(trained, rows):
+    config, _, _ = trained
+    critic = load_value_critic(config.output_dir, device="cpu")
+    train_rows, _ = split_by_task(rows, config.eval_fraction, config.seed)
+    values = critic.batch_values([(row["prompt"], row["completions"]) for row in train_rows])
+    returns = [discounted_returns(row["rewards"], GAMMA) for row in train_rows]
+    assert [len(v) for v in values] == [len(g) for g in returns]
+    flat_returns = [g for trajectory in returns for g in trajectory]
+    assert explained_variance(flat_returns, [v for trajectory in values for v in trajectory]) > 0.1
+
+
+def test_the_loaded_critic_gives_the_held_out_figures_the_trained_one_reported(trained, rows):
+    config, summary, reporter = trained
+    critic = load_value_critic(config.output_dir, device="cpu")
+    train_rows, held_out = split_by_task(rows, config.eval_fraction, config.seed)
+    values = [critic.values(row["prompt"], row["completions"]) for row in held_out]
+    returns = [discounted_returns(row["rewards"], GAMMA) for row in held_out]
+    recomputed = evaluate(values, returns, [discounted_returns(row["rewards"], GAMMA) for row in train_rows])
+    metrics = summary["metrics"]
+    assert {name: metrics[name] for name in recomputed} == pytest.approx(recomputed, abs=1e-5)
+    assert metrics["held_out_trajectories"] == metrics["held_out_trajectories_with_rewards"] == len(held_out)
+    assert "explained_variance" in metrics and "baseline_step_mean_explained_variance" in metrics
+    assert read_manifest(config.output_dir)["metrics"] == metrics
+    assert reporter.series("eval_mse") == [metrics["mse"]]
+
+
+def test_rows_without_rewards_and_no_judge_are_refused_naming_reward_model(unrewarded_path, tiny_base_model, tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        main(config_for(unrewarded_path, tiny_base_model, tmp_path / "model"))
+    assert caught.value.field == "reward_model" and "no rewards" in str(caught.value)
+
+
+def test_rows_without_rewards_take_step_rewards_from_the_prm_and_the_last_from_the_reward_model(
+    episodes, prm_dir, reward_model_dir, tiny_base_model, tmp_path
+):
+    from reward_models.prm import load_prm
+    from reward_models.reward import load_reward_model
+
+    rows = returns_rows(episodes[:6], with_rewards=False)
+    config = config_for("x.jsonl", tiny_base_model, tmp_path, prm=str(prm_dir), reward_model=str(reward_model_dir))
+    judged = step_rewards(rows, config, RecordingReporter())
+    prm = load_prm(prm_dir, device="cpu")
+    scores, _ = load_reward_model(reward_model_dir, device="cpu").score(
+        [row["prompt"] for row in rows], ["".join(row["completions"]) for row in rows]
+    )
+    for row, rewards, score in zip(rows, judged, scores, strict=True):
+        expected = [p - 0.5 for p in prm.step_scores(row["prompt"], row["completions"])]
+        expected[-1] += score
+        assert rewards == pytest.approx(expected, abs=1e-5)
+    environment = returns_rows(episodes[:2])
+    assert step_rewards(environment, config, RecordingReporter()) == [row["rewards"] for row in environment]
+
+
+def test_a_critic_trains_on_judge_returns_when_the_export_has_no_rewards(
+    unrewarded_path, prm_dir, tiny_base_model, tmp_path
+):
+    summary = main(config_for(unrewarded_path, tiny_base_model, tmp_path / "model", max_steps=2, prm=str(prm_dir)))
+    assert summary["judged_trajectories"] == summary["train_trajectories"] + summary["eval_samples"]
+    assert summary["metrics"]["held_out_trajectories_with_rewards"] == 0
+    assert len(load_value_critic(tmp_path / "model", device="cpu").values("System: reach the goal G", [" up"])) == 1
+
+
+def test_a_run_resumes_from_its_last_checkpoint_after_a_crash(data_path, tiny_base_model, tmp_path):
+    config = config_for(data_path, tiny_base_model, tmp_path / "model", max_steps=4, save_steps=2)
+    with pytest.raises(RuntimeError, match="worker died"):
+        main(config, RecordingReporter(raise_at=3, error=RuntimeError("worker died")))
+    reporter = RecordingReporter()
+    summary = main(config, reporter)
+    assert summary["resumed_from"].endswith("checkpoint-2")
+    assert [step for step, _ in reporter.steps] == [3, 4]
+    assert summary["global_step"] == 4
+
+
+def test_a_cancel_raised_by_the_reporter_stops_training_within_one_step(data_path, tiny_base_model, tmp_path):
+    reporter = RecordingReporter(raise_at=2)
+    with pytest.raises(RunCancelled):
+        main(config_for(data_path, tiny_base_model, tmp_path / "model", max_steps=50), reporter)
+    assert [step for step, _ in reporter.steps] == [1, 2]
+    assert not (tmp_path / "model" / "tandem_artifact.json").exists()
+
+
+def test_a_finished_run_directory_returns_its_summary_without_training(trained):
+    config, summary, _ = trained
+    reporter = RecordingReporter()
+    assert main(config, reporter) == json.loads(json.dumps(summary))
+    assert reporter.steps == []
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"gamma": 1.5}, "gamma"),
+        ({"gamma": -0.1}, "gamma"),
+        ({"reward_model": 3}, "reward_model"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"eval_fraction": 1.0}, "eval_fraction"),
+        ({"prm_path": "x"}, "prm_path"),
+    ],
+)
+def test_a_bad_setting_is_refused_naming_its_field(values, field):
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict(ValueConfig, {"data_path": "x.jsonl", "base_model": "base", **values})
+    assert caught.value.field == field and str(caught.value).startswith(f"{field}:")
+
+
+def test_a_judge_directory_that_does_not_exist_is_refused_naming_it(unrewarded_path, tiny_base_model, tmp_path):
+    with pytest.raises(ConfigError, match="^prm: no such model directory"):
+        main(config_for(unrewarded_path, tiny_base_model, tmp_path / "model", prm=str(tmp_path / "missing")))
+
+
+def test_rows_whose_rewards_do_not_match_their_steps_are_refused_naming_the_data(rows, tiny_base_model, tmp_path):
+    broken = [dict(rows[0], rewards=[1.0, *rows[0]["rewards"]]), *rows[1:]]
+    with pytest.raises(ConfigError, match="data_path: row 1: rewards"):
+        main(config_for(write_jsonl(broken, tmp_path / "rows.jsonl"), tiny_base_model, tmp_path / "model"))
+
+
+def test_the_command_line_shows_help_and_trains_three_steps(data_path, tiny_base_model, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "reward_models.value", "--help"], capture_output=True, text=True, env=env, check=True
+    )
+    assert "--gamma" in shown.stdout and "--reward_model" in shown.stdout and "--prm" in shown.stdout
+    output_dir = tmp_path / "model"
+    command = [sys.executable, "-m", "reward_models.value", "--data_path", str(data_path)]
+    command += ["--base_model", str(tiny_base_model), "--output_dir", str(output_dir), "--max_steps", "3"]
+    command += ["--gamma", "0.5", "--batch_size", "4"]
+    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(run.stdout)
+    assert summary["global_step"] == 3 and "explained_variance" in summary["metrics"]
+    assert read_manifest(output_dir)["config"]["gamma"] == 0.5
+    assert len(load_value_critic(output_dir, device="cpu").values("System: reach the goal G", [" up", " down"])) == 2
