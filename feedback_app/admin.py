@@ -122,7 +122,24 @@ class DatasetSnapshotAdmin(admin.ModelAdmin):
 class TrainingRunAdmin(admin.ModelAdmin):
     list_display = ("id", "project", "kind", "status", "progress_current", "progress_total", "created_at")
     list_filter = ("project", "kind", "status")
-    readonly_fields = ("metrics", "log", "error", "started_at", "finished_at", "attempts", "celery_task_id")
+    readonly_fields = (
+        "metrics",
+        "log",
+        "error",
+        "started_at",
+        "finished_at",
+        "attempts",
+        "celery_task_id",
+        "worker",
+        "heartbeat_at",
+    )
+
+
+@admin.register(m.RegisteredModel)
+class RegisteredModelAdmin(admin.ModelAdmin):
+    list_display = ("name", "project", "kind", "run", "snapshot", "created_at")
+    list_filter = ("project", "kind")
+    readonly_fields = ("path", "run", "snapshot", "snapshot_hash", "base_model", "metrics")
 
 
 @admin.register(m.Evaluation)

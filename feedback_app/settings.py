@@ -151,6 +151,12 @@ if urlparse(CELERY_BROKER_URL).scheme == "filesystem":
         "control_folder": str(CELERY_BROKER_FOLDER / "control"),
         "store_processed": False,
     }
+else:
+    # Redis: a message a worker took but never acknowledged (the worker was killed) is delivered again after this
+    # long. A long run outliving it is delivered twice; `training.runs.execute_run` sees the live owner and waits.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env_int("TANDEM_BROKER_VISIBILITY_SECONDS", 3600, minimum=10),
+    }
 # Run state lives on TrainingRun rows, not in a result backend.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
@@ -172,6 +178,9 @@ TANDEM_POLICY_CACHE_SIZE = env_int("TANDEM_POLICY_CACHE_SIZE", 2, minimum=1)
 TANDEM_POLICY_DEVICE = env_str("TANDEM_POLICY_DEVICE", "auto")
 # Torch threads per worker process; 0 keeps torch's own default.
 TANDEM_TORCH_THREADS = env_int("TANDEM_TORCH_THREADS", 0, minimum=0)
+# A run whose worker on another host has not reported for this long is presumed dead, and a redelivered message for
+# it takes it over (from its last checkpoint). A worker on the same host is checked in the process table instead.
+TANDEM_RUN_STALE_SECONDS = env_int("TANDEM_RUN_STALE_SECONDS", 300, minimum=10)
 
 # --- REST framework -----------------------------------------------------------------------------------------------
 TANDEM_API_PAGE_SIZE = env_int("TANDEM_API_PAGE_SIZE", 50, minimum=1)

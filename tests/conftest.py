@@ -146,33 +146,23 @@ def _database_url_for_subprocess() -> str:
     return f"postgres://{params['USER']}:{params['PASSWORD']}@{host}:{port}/{params['NAME']}"
 
 
-@pytest.fixture
-def celery_worker_process(transactional_db, tmp_path):
-    """A real Celery worker process on the configured broker, reading and writing the test database."""
+def start_celery_worker(log_path, *, purge: bool = True, extra_env: dict[str, str] | None = None):
+    """Start a real Celery worker process (solo pool, every queue) on the configured broker, reading and writing
+    the test database, and wait until it is ready. The process gets a `log_path` attribute."""
     import subprocess
     import sys
     import time
     from pathlib import Path
 
-    log_path = tmp_path / "worker.log"
-    env = {**os.environ, "DATABASE_URL": _database_url_for_subprocess(), "TANDEM_TORCH_THREADS": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "training",
-        "worker",
-        "--pool",
-        "solo",
-        "--purge",
-        "-Q",
-        "rollouts,training,default",
-        "--loglevel",
-        "INFO",
-        "--without-gossip",
-        "--without-mingle",
-    ]
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url_for_subprocess(),
+        "TANDEM_TORCH_THREADS": "1",
+        **(extra_env or {}),
+    }
+    command = [sys.executable, "-m", "celery", "-A", "training", "worker", "--pool", "solo"]
+    command += ["--purge"] if purge else []
+    command += ["-Q", "rollouts,training,default", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
     with log_path.open("w") as log:
         process = subprocess.Popen(
             command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parent.parent
@@ -184,12 +174,37 @@ def celery_worker_process(transactional_db, tmp_path):
             raise RuntimeError(f"the Celery worker did not start:\n{log_path.read_text()}")
         time.sleep(0.2)
     process.log_path = log_path
-    yield process
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    return process
+
+
+@pytest.fixture
+def celery_workers(transactional_db, tmp_path):
+    """Starts real Celery worker processes (`celery_workers(purge=..., extra_env=...)`) and stops them all after the
+    test."""
+    import subprocess
+
+    started = []
+
+    def start(*, purge: bool = True, extra_env: dict[str, str] | None = None):
+        process = start_celery_worker(tmp_path / f"worker-{len(started)}.log", purge=purge, extra_env=extra_env)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.terminate()
+    for process in started:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture
+def celery_worker_process(celery_workers):
+    """A real Celery worker process on the configured broker, reading and writing the test database."""
+    return celery_workers()
 
 
 @pytest.fixture(scope="session")
@@ -227,7 +242,7 @@ def browser_page_for(chromium, live_server):
                 }
             ]
         )
-        context.set_default_timeout(15_000)
+        context.set_default_timeout(60_000)  # generous: CI machines are small and shared
         contexts.append(context)
         return context.new_page()
 

@@ -7,11 +7,14 @@ that is retried after a worker died, or delivered twice, does its work at most o
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat
@@ -29,6 +32,40 @@ class RunCancelled(Exception):
     """Raised inside a pipeline when the run's cancel flag is seen."""
 
 
+class RunBusy(Exception):
+    """The run is being executed by another live process; the message should come back later."""
+
+
+def worker_identity() -> str:
+    """``host:pid`` of this process, stored on the run it executes."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
+def owner_alive(run: TrainingRun) -> bool:
+    """Whether the process that claimed a running `run` still executes it. On this host the process table says so
+    (a worker child killed mid-run is dead at once, so its redelivered message takes the run over); on another host
+    only the heartbeat can, and it must be fresher than TANDEM_RUN_STALE_SECONDS. A run claimed by this very process
+    is not running any more: a process executes one run at a time."""
+    if not run.worker:
+        return False
+    host, _, pid = run.worker.rpartition(":")
+    if host == socket.gethostname():
+        return pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid))
+    if run.heartbeat_at is None:
+        return False
+    return (timezone.now() - run.heartbeat_at).total_seconds() < settings.TANDEM_RUN_STALE_SECONDS
+
+
 class RunRecorder:
     """What a pipeline gets to report through. Progress writes are throttled; cancel is checked at most every
     `check_interval` seconds, so calling `progress()` every step costs almost nothing."""
@@ -44,7 +81,7 @@ class RunRecorder:
         now = time.monotonic()
         if force or current >= total or now - self._last_write >= self.write_interval:
             TrainingRun.objects.filter(pk=self.run_id).update(
-                progress_current=min(current, total), progress_total=total
+                progress_current=min(current, total), progress_total=total, heartbeat_at=timezone.now()
             )
             self._last_write = now
         self.raise_if_cancelled()
@@ -70,9 +107,17 @@ class RunRecorder:
             raise RunCancelled()
 
 
-def execute_run(run_id: int, body: Callable[[TrainingRun, RunRecorder], dict[str, Any]]) -> RunStatus | None:
+def execute_run(
+    run_id: int,
+    body: Callable[[TrainingRun, RunRecorder], dict[str, Any]],
+    recorder_factory: Callable[[int], RunRecorder] | None = None,
+) -> RunStatus | None:
     """Claim run `run_id`, run `body(run, recorder)` and store its outcome. Returns the final status, or None when
-    the run had already finished (a duplicate delivery), in which case nothing is done."""
+    the run had already finished (a duplicate delivery), in which case nothing is done.
+
+    A run found `running` was claimed by a process that died (a killed worker's message is delivered again) or is
+    still executing it elsewhere: the first is taken over (attempt n + 1; a pipeline resumes from its checkpoints),
+    the second raises `RunBusy` so the task can come back later."""
     with transaction.atomic():
         run = TrainingRun.objects.select_for_update().filter(pk=run_id).first()
         if run is None:
@@ -85,12 +130,16 @@ def execute_run(run_id: int, body: Callable[[TrainingRun, RunRecorder], dict[str
         if run.cancel_requested:
             _finish(run, RunStatus.CANCELLED)
             return RunStatus.CANCELLED
+        if run.status == RunStatus.RUNNING and owner_alive(run):
+            raise RunBusy(f"run {run_id} is executing in {run.worker}")
         run.status = RunStatus.RUNNING
         run.started_at = run.started_at or timezone.now()
         run.attempts += 1
-        run.save(update_fields=["status", "started_at", "attempts"])
+        run.worker = worker_identity()
+        run.heartbeat_at = timezone.now()
+        run.save(update_fields=["status", "started_at", "attempts", "worker", "heartbeat_at"])
 
-    recorder = RunRecorder(run_id)
+    recorder = recorder_factory(run_id) if recorder_factory else RunRecorder(run_id)
     if run.attempts > 1:
         recorder.log(f"attempt {run.attempts}: taking the run up again")
     try:
@@ -134,3 +183,10 @@ def request_cancel(run: TrainingRun) -> bool:
             run.finished_at = timezone.now()
         run.save(update_fields=["cancel_requested", "status", "finished_at"])
     return True
+
+
+def orphaned_runs() -> list[TrainingRun]:
+    """Runs marked running whose executing process is gone (see `owner_alive`): their worker was killed, and with
+    a broker that forgets a message once it is taken (the filesystem one) nobody would ever finish them."""
+    running = TrainingRun.objects.filter(status=RunStatus.RUNNING, cancel_requested=False)
+    return [run for run in running if not owner_alive(run)]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import mixins, status, viewsets
+from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema, extend_schema_view
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -14,10 +14,24 @@ from feedback_app.api.schema import ErrorSerializer
 from feedback_app.api.serializers import (
     AssignmentSerializer,
     EvaluationSerializer,
+    JudgeLaunchSerializer,
+    RegisteredModelSerializer,
     RolloutLaunchSerializer,
     TrainingRunSerializer,
 )
-from feedback_app.models import Assignment, Evaluation, TrainingRun
+from feedback_app.models import Assignment, Evaluation, RegisteredModel, TrainingRun
+
+RUN_LAUNCH = PolymorphicProxySerializer(
+    component_name="RunLaunch",
+    serializers={
+        "rollout": RolloutLaunchSerializer,
+        "reward_model": JudgeLaunchSerializer,
+        "prm": JudgeLaunchSerializer,
+        "value_critic": JudgeLaunchSerializer,
+        "generative_critic": JudgeLaunchSerializer,
+    },
+    resource_type_field_name="kind",
+)
 
 
 class AssignmentFilter(filters.FilterSet):
@@ -55,10 +69,16 @@ class TrainingRunFilter(filters.FilterSet):
     list=extend_schema(summary="Training, rollout and evaluation runs, newest first (researchers and admins)"),
     retrieve=extend_schema(summary="One run with its progress, metrics, log and outcome"),
     create=extend_schema(
-        summary="Launch a rollout run (researchers and admins)",
-        description="Records the run and enqueues it on the rollouts queue once the transaction commits.",
-        request=RolloutLaunchSerializer,
-        responses={201: TrainingRunSerializer},
+        summary="Launch a rollout or a judge-model run (researchers and admins)",
+        description="`kind` picks the run. `rollout` (the default) plays a policy version on tasks, on the rollouts "
+        "queue. `reward_model`, `prm`, `value_critic` and `generative_critic` train a judge model from a dataset "
+        "snapshot on the training queue, and register it under `models/` when it succeeds. The run is recorded and "
+        "enqueued once the transaction commits; a bad field or setting (`config.<name>`) is a 400 naming it.",
+        request=RUN_LAUNCH,
+        responses={
+            201: TrainingRunSerializer,
+            400: OpenApiResponse(ErrorSerializer, description="A bad field or pipeline setting, named."),
+        },
     ),
 )
 class TrainingRunViewSet(
@@ -81,11 +101,36 @@ class TrainingRunViewSet(
         from training.rollouts import create_rollout_run
         from training.tasks import rollout
 
+        if request.data.get("kind", "rollout") != "rollout":
+            return self._launch_judge(request)
         launch = RolloutLaunchSerializer(data=request.data, context=self.get_serializer_context())
         launch.is_valid(raise_exception=True)
         data = launch.validated_data
         run = create_rollout_run(self.project, data["policy_version"], data["rollout_config"], created_by=request.user)
         rollout.delay_on_commit(run.pk)
+        return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
+
+    def _launch_judge(self, request) -> Response:
+        from training.judges import LaunchError, create_judge_run
+        from training.tasks import train_judge
+
+        launch = JudgeLaunchSerializer(data=request.data, context=self.get_serializer_context())
+        launch.is_valid(raise_exception=True)
+        data = launch.validated_data
+        try:
+            run = create_judge_run(
+                self.project,
+                data["kind"],
+                snapshot=data["snapshot"],
+                base_policy=data.get("base_policy"),
+                base_model=data["base_model"],
+                config=data["config"],
+                judges=data["judges"],
+                created_by=request.user,
+            )
+        except LaunchError as exc:
+            raise serializers.ValidationError(exc.errors) from None
+        train_judge.delay_on_commit(run.pk)
         return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -137,3 +182,24 @@ class EvaluationViewSet(
 
     def perform_create(self, serializer) -> None:
         serializer.save(project=self.project)
+
+
+class RegisteredModelFilter(filters.FilterSet):
+    class Meta:
+        model = RegisteredModel
+        fields = ["kind", "snapshot", "base_policy"]
+
+
+@extend_schema_view(
+    list=extend_schema(summary="The model registry: judge models with their lineage, newest first"),
+    retrieve=extend_schema(summary="One registered model: its directory, run, snapshot, base and metrics"),
+)
+class RegisteredModelViewSet(ProjectScopedMixin, viewsets.ReadOnlyModelViewSet):
+    read_roles = MANAGER_ROLES
+    serializer_class = RegisteredModelSerializer
+    filterset_class = RegisteredModelFilter
+
+    def get_queryset(self):
+        if self.is_schema_view:
+            return RegisteredModel.objects.none()
+        return RegisteredModel.objects.filter(project=self.project).prefetch_related("inputs")

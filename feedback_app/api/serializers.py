@@ -17,6 +17,7 @@ from feedback_app.models import (
     Assignment,
     Comparison,
     Critique,
+    DatasetSnapshot,
     EnvironmentSpec,
     Evaluation,
     FeedbackKind,
@@ -25,6 +26,7 @@ from feedback_app.models import (
     Project,
     QueueItem,
     Rating,
+    RegisteredModel,
     Step,
     StepLabel,
     Task,
@@ -281,6 +283,7 @@ class AssignmentSerializer(serializers.ModelSerializer):
 class TrainingRunSerializer(serializers.ModelSerializer):
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     progress_fraction = serializers.FloatField(read_only=True)
+    eta_seconds = serializers.SerializerMethodField(help_text="Estimated seconds left while running, else null.")
 
     class Meta:
         model = TrainingRun
@@ -295,6 +298,7 @@ class TrainingRunSerializer(serializers.ModelSerializer):
             "progress_current",
             "progress_total",
             "progress_fraction",
+            "eta_seconds",
             "metrics",
             "summary",
             "log",
@@ -308,6 +312,10 @@ class TrainingRunSerializer(serializers.ModelSerializer):
             "finished_at",
         ]
         read_only_fields = fields
+
+    def get_eta_seconds(self, run: TrainingRun) -> float | None:
+        eta = run.eta
+        return round(eta.total_seconds(), 1) if eta is not None else None
 
 
 class RolloutLaunchSerializer(serializers.Serializer):
@@ -334,6 +342,60 @@ class RolloutLaunchSerializer(serializers.Serializer):
                 {"policy_version": "An external policy cannot be rolled out by Tandem; import its trajectories."}
             )
         return attrs
+
+
+class JudgeLaunchSerializer(serializers.Serializer):
+    """Launch a judge-model run on a dataset snapshot: reward_model (preference snapshots), prm (stepwise),
+    value_critic (returns) or generative_critic (critiques)."""
+
+    kind = serializers.ChoiceField(choices=["reward_model", "prm", "value_critic", "generative_critic"])
+    snapshot = ProjectRelatedField(model=DatasetSnapshot, help_text="The frozen data it trains on.")
+    base_policy = ProjectRelatedField(
+        model=PolicyVersion,
+        required=False,
+        allow_null=True,
+        help_text="A local policy version whose weights the model starts from (default: the project's newest).",
+    )
+    base_model = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Instead of base_policy: any Hugging Face model directory the workers can read.",
+    )
+    judges = serializers.DictField(
+        child=ProjectRelatedField(model=RegisteredModel),
+        required=False,
+        default=dict,
+        help_text="Registered judge models a run uses, by setting: value_critic takes reward_model and prm.",
+    )
+    config = serializers.DictField(
+        required=False,
+        default=dict,
+        help_text="Pipeline settings (see `python -m reward_models.<pipeline> --help`), e.g. learning_rate, "
+        "num_epochs, batch_size, ensemble_size; `name` names the registered model.",
+    )
+
+
+class RegisteredModelSerializer(serializers.ModelSerializer):
+    inputs = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+
+    class Meta:
+        model = RegisteredModel
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "path",
+            "run",
+            "snapshot",
+            "snapshot_hash",
+            "base_policy",
+            "base_model",
+            "inputs",
+            "metrics",
+            "created_at",
+        ]
+        read_only_fields = fields
 
 
 class EvaluationSerializer(serializers.ModelSerializer):

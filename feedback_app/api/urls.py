@@ -18,6 +18,7 @@ router.register(in_project + "interventions", labels.InterventionViewSet, basena
 router.register(in_project + "assignments", runs.AssignmentViewSet, basename="api-assignment")
 router.register(in_project + "runs", runs.TrainingRunViewSet, basename="api-run")
 router.register(in_project + "evaluations", runs.EvaluationViewSet, basename="api-evaluation")
+router.register(in_project + "models", runs.RegisteredModelViewSet, basename="api-registered-model")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

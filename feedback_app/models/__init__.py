@@ -10,7 +10,15 @@ from feedback_app.models.labels import (
 )
 from feedback_app.models.projects import EnvironmentSpec, FeedbackKind, Membership, Project, Role
 from feedback_app.models.queue import Assignment, QueueItem
-from feedback_app.models.runs import DatasetSnapshot, Evaluation, RunKind, RunStatus, TrainingRun
+from feedback_app.models.runs import (
+    DatasetSnapshot,
+    Evaluation,
+    JudgeKind,
+    RegisteredModel,
+    RunKind,
+    RunStatus,
+    TrainingRun,
+)
 from feedback_app.models.tokens import ApiToken
 from feedback_app.models.trajectories import PolicyVersion, Step, Task, Trajectory
 
@@ -24,12 +32,14 @@ __all__ = [
     "Evaluation",
     "FeedbackKind",
     "Intervention",
+    "JudgeKind",
     "LabelKind",
     "Membership",
     "PolicyVersion",
     "Project",
     "QueueItem",
     "Rating",
+    "RegisteredModel",
     "Role",
     "RunKind",
     "RunStatus",

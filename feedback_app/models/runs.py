@@ -41,7 +41,9 @@ class DatasetSnapshot(models.Model):
 
     project = models.ForeignKey("feedback_app.Project", on_delete=models.CASCADE, related_name="snapshots")
     name = models.CharField(max_length=200)
-    export_kind = models.CharField(max_length=32, help_text="preference, stepwise, unpaired, sft, critiques or raw.")
+    export_kind = models.CharField(
+        max_length=32, help_text="The export kind it froze, e.g. preference, stepwise or returns."
+    )
     filters = models.JSONField(default=dict, blank=True)
     row_ids = models.JSONField(default=list, blank=True, help_text="Primary keys of the label rows it holds.")
     row_count = models.PositiveIntegerField(default=0)
@@ -87,6 +89,12 @@ class TrainingRun(models.Model):
     cancel_requested = models.BooleanField(default=False)
     attempts = models.PositiveSmallIntegerField(default=0)
     celery_task_id = models.CharField(max_length=64, blank=True)
+    worker = models.CharField(
+        max_length=255, blank=True, help_text="host:pid of the process executing the run, while it runs."
+    )
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the executing process last reported; a stale one is presumed dead."
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -121,6 +129,48 @@ class TrainingRun(models.Model):
             return None
         elapsed = timezone.now() - self.started_at
         return elapsed * (self.progress_total - self.progress_current) / self.progress_current
+
+
+class JudgeKind(models.TextChoices):
+    REWARD_MODEL = "reward_model", "Reward model"
+    PRM = "prm", "Process reward model"
+    VALUE_CRITIC = "value_critic", "Value critic"
+    GENERATIVE_CRITIC = "generative_critic", "Generative critic"
+
+
+class RegisteredModel(models.Model):
+    """The model registry's entry for a judge model (policies are `PolicyVersion`s): where its directory lies and
+    its lineage, i.e. which run made it from which snapshot of labels on which base model."""
+
+    project = models.ForeignKey("feedback_app.Project", on_delete=models.CASCADE, related_name="registered_models")
+    name = models.CharField(max_length=120)
+    kind = models.CharField(max_length=24, choices=JudgeKind.choices)
+    path = models.CharField(max_length=500, help_text="The model directory (Hugging Face layout plus manifest).")
+    run = models.OneToOneField(TrainingRun, on_delete=models.PROTECT, related_name="registered_model")
+    snapshot = models.ForeignKey(
+        DatasetSnapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="registered_models"
+    )
+    snapshot_hash = models.CharField(max_length=64, blank=True, help_text="The hash of the data it learned from.")
+    base_policy = models.ForeignKey(
+        "feedback_app.PolicyVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="judge_models"
+    )
+    base_model = models.CharField(max_length=500, help_text="The directory it was fine-tuned from.")
+    inputs = models.ManyToManyField(
+        "self", symmetrical=False, blank=True, related_name="used_by", help_text="Judge models it learned from."
+    )
+    metrics = models.JSONField(default=dict, blank=True, help_text="Held-out evaluation figures.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="registered_model_unique_name"),
+            models.CheckConstraint(condition=Q(kind__in=JudgeKind.values), name="registered_model_valid_kind"),
+        ]
+        indexes = [models.Index(fields=["project", "kind", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.name}"
 
 
 class Evaluation(models.Model):

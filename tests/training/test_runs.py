@@ -76,3 +76,68 @@ def test_run_cancelled_is_not_reported_as_a_failure(run):
         raise RunCancelled()
 
     assert execute_run(run.pk, body) == RunStatus.CANCELLED
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _left_running(run: TrainingRun, worker: str, heartbeat_age_seconds: float = 0.0) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    heartbeat = timezone.now() - timedelta(seconds=heartbeat_age_seconds)
+    TrainingRun.objects.filter(pk=run.pk).update(
+        status=RunStatus.RUNNING, attempts=1, worker=worker, heartbeat_at=heartbeat
+    )
+
+
+def _take_over(run: TrainingRun) -> RunStatus | None:
+    return execute_run(run.pk, lambda run, recorder: {"attempt": run.attempts})
+
+
+def test_a_run_left_running_by_a_dead_process_on_this_host_is_taken_over(run):
+    import socket
+
+    from training.runs import orphaned_runs
+
+    _left_running(run, f"{socket.gethostname()}:{_dead_pid()}")
+    assert orphaned_runs() == [run]
+
+    assert _take_over(run) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    assert run.summary == {"attempt": 2}
+    assert "attempt 2: taking the run up again" in run.log
+    assert orphaned_runs() == []
+
+
+def test_a_run_executing_in_a_live_process_is_left_alone(run):
+    import os
+    import socket
+
+    from training.runs import RunBusy, orphaned_runs
+
+    _left_running(run, f"{socket.gethostname()}:{os.getppid()}")  # our parent is alive
+    assert orphaned_runs() == []
+    with pytest.raises(RunBusy):
+        _take_over(run)
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING and run.attempts == 1
+
+
+def test_a_run_on_another_host_is_taken_over_only_once_its_heartbeat_is_stale(run, settings):
+    from training.runs import RunBusy
+
+    settings.TANDEM_RUN_STALE_SECONDS = 60
+    _left_running(run, "gpu-box-7:4242", heartbeat_age_seconds=10)
+    with pytest.raises(RunBusy):
+        _take_over(run)
+    _left_running(run, "gpu-box-7:4242", heartbeat_age_seconds=120)
+    assert _take_over(run) == RunStatus.SUCCEEDED

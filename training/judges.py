@@ -1,0 +1,254 @@
+"""Judge-model runs: reward model, process reward model, value critic and generative critic.
+
+A run reads one `DatasetSnapshot` (never ad-hoc queries), checks its bytes against the stored hash, and hands the
+file to the Django-free pipeline in `reward_models`, with the run recorder as its reporter (progress, metrics, log,
+and cancel within one optimiser step). The finished model is registered with its lineage (run, snapshot, base
+model, judge models it used) and its held-out figures become `Evaluation` rows.
+
+The run directory is ``ARTIFACT_ROOT/models/<project>/<kind>-run-<id>``, the same for every attempt, so a run taken
+up again after its worker was killed resumes from the pipeline's last checkpoint there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import shutil
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from feedback_app.exports.snapshots import snapshot_file, verify_snapshot
+from feedback_app.models import (
+    DatasetSnapshot,
+    Evaluation,
+    JudgeKind,
+    PolicyVersion,
+    Project,
+    RegisteredModel,
+    RunKind,
+    TrainingRun,
+)
+from feedback_app.models.trajectories import PolicyKind
+from reward_models.common import CHECKPOINT_DIR, ConfigError, config_from_dict
+from training.runs import RunRecorder
+
+# Settings Tandem fills in itself from the run; a launch may not set them.
+MANAGED_SETTINGS = ("data_path", "base_model", "output_dir", "snapshot_hash")
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Where a judge kind's pipeline lives, which snapshot kinds it reads, and which other judge models it may use
+    (config setting -> judge kind)."""
+
+    module: str
+    config_class: str
+    export_kinds: tuple[str, ...]
+    judge_inputs: Mapping[str, str] | None = None
+
+    def load(self) -> tuple[type, Any]:
+        module = importlib.import_module(self.module)
+        return getattr(module, self.config_class), module.main
+
+
+PIPELINES: dict[str, Pipeline] = {
+    RunKind.REWARD_MODEL: Pipeline("reward_models.reward", "RewardConfig", ("preference",)),
+    RunKind.PRM: Pipeline("reward_models.prm", "PRMConfig", ("stepwise",)),
+    RunKind.VALUE_CRITIC: Pipeline(
+        "reward_models.value",
+        "ValueConfig",
+        ("returns",),
+        judge_inputs={"reward_model": JudgeKind.REWARD_MODEL, "prm": JudgeKind.PRM},
+    ),
+    RunKind.GENERATIVE_CRITIC: Pipeline("reward_models.critic_lm", "CriticConfig", ("critiques",)),
+}
+JUDGE_RUN_KINDS = tuple(PIPELINES)
+
+
+class LaunchError(ValueError):
+    """A judge run that cannot start. `errors` maps each bad field (``config.<name>`` for a setting) to the reason."""
+
+    def __init__(self, errors: Mapping[str, str]) -> None:
+        self.errors = dict(errors)
+        super().__init__("; ".join(f"{name}: {reason}" for name, reason in self.errors.items()))
+
+
+def run_output_dir(run: TrainingRun) -> Path:
+    return Path(settings.ARTIFACT_ROOT) / "models" / str(run.project_id) / f"{run.kind}-run-{run.pk}"
+
+
+def default_base_policy(project: Project) -> PolicyVersion | None:
+    """The project's newest policy with local weights: the base a judge model starts from when none is named."""
+    return project.policy_versions.filter(kind=PolicyKind.LOCAL).order_by("-created_at", "-id").first()
+
+
+def judge_config(run: TrainingRun) -> Any:
+    """The pipeline config for `run`: its stored settings, plus the snapshot file, base model, run directory and
+    judge-model inputs Tandem fills in. Raises `ConfigError` naming the bad setting."""
+    pipeline = PIPELINES[run.kind]
+    config_class, _ = pipeline.load()
+    values = {name: value for name, value in run.config.items() if name != "name"}
+    for name in MANAGED_SETTINGS:
+        if name in values:
+            raise ConfigError(name, "is set by Tandem from the run (snapshot, base policy, run directory)")
+    values["data_path"] = str(snapshot_file(run.snapshot))
+    values["snapshot_hash"] = run.snapshot.content_hash
+    values["base_model"] = run.base_policy.weights_path if run.base_policy else run.inputs.get("base_model", "")
+    values["output_dir"] = str(run_output_dir(run))
+    for setting, model_id in (run.inputs.get("judges") or {}).items():
+        values[setting] = RegisteredModel.objects.get(pk=model_id, project=run.project).path
+    return config_from_dict(config_class, values)
+
+
+def create_judge_run(
+    project: Project,
+    kind: str,
+    *,
+    snapshot: DatasetSnapshot | None,
+    base_policy: PolicyVersion | None = None,
+    base_model: str = "",
+    config: Mapping[str, Any] | None = None,
+    judges: Mapping[str, RegisteredModel] | None = None,
+    created_by=None,
+) -> TrainingRun:
+    """Check a launch and store the queued run (the caller enqueues `training.tasks.train_judge` on commit).
+    `base_model` is a model directory visible to the workers, for a base that is not one of the project's policy
+    versions. Raises `LaunchError` naming every bad field; nothing is stored then."""
+    errors: dict[str, str] = {}
+    pipeline = PIPELINES.get(kind)
+    if pipeline is None:
+        raise LaunchError({"kind": f"not a judge-model kind; the kinds are {', '.join(JUDGE_RUN_KINDS)}"})
+    if snapshot is None:
+        errors["snapshot"] = "a judge model trains on a dataset snapshot; make one from an export first"
+    elif snapshot.project_id != project.pk:
+        errors["snapshot"] = "belongs to another project"
+    elif snapshot.export_kind not in pipeline.export_kinds:
+        errors["snapshot"] = (
+            f"is a {snapshot.export_kind} export; a {kind} run reads {' or '.join(pipeline.export_kinds)}"
+        )
+    if base_policy is not None and base_model:
+        errors["base_model"] = "give a base policy or a base model directory, not both"
+    if base_policy is None and not base_model:
+        base_policy = default_base_policy(project)
+        if base_policy is None:
+            errors["base_policy"] = "the project has no policy with local weights; name a base model directory"
+    if base_policy is not None:
+        if base_policy.project_id != project.pk:
+            errors["base_policy"] = "belongs to another project"
+        elif base_policy.kind != PolicyKind.LOCAL:
+            errors["base_policy"] = f"is a {base_policy.kind} policy; a judge model needs local weights"
+    if base_model and not Path(base_model).is_dir():
+        errors["base_model"] = f"no such model directory: {base_model}"
+    name = (config or {}).get("name")
+    if name is not None:
+        if not isinstance(name, str) or not name.strip() or len(name) > 120:
+            errors["config.name"] = "must be text of 1 to 120 characters"
+        elif RegisteredModel.objects.filter(project=project, name=name).exists():
+            errors["config.name"] = f"the project already has a registered model named {name!r}"
+    judge_ids: dict[str, int] = {}
+    allowed_judges = pipeline.judge_inputs or {}
+    for setting, model in (judges or {}).items():
+        if setting not in allowed_judges:
+            errors[f"judges.{setting}"] = f"a {kind} run takes no {setting!r} judge model"
+        elif model.project_id != project.pk:
+            errors[f"judges.{setting}"] = "belongs to another project"
+        elif model.kind != allowed_judges[setting]:
+            errors[f"judges.{setting}"] = f"is a {model.kind}, not a {allowed_judges[setting]}"
+        else:
+            judge_ids[setting] = model.pk
+    if errors:
+        raise LaunchError(errors)
+
+    inputs: dict[str, Any] = {"judges": judge_ids}
+    if base_model:
+        inputs["base_model"] = base_model
+    with transaction.atomic():
+        run = TrainingRun.objects.create(
+            project=project,
+            kind=kind,
+            config=dict(config or {}),
+            snapshot=snapshot,
+            base_policy=base_policy,
+            inputs=inputs,
+            created_by=created_by,
+        )
+        try:
+            judge_config(run)
+        except ConfigError as exc:
+            transaction.set_rollback(True)
+            raise LaunchError({f"config.{exc.field}": exc.reason}) from None
+    return run
+
+
+def run_judge(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
+    """The Celery task's body: verify the snapshot, train, register."""
+    if not verify_snapshot(run.snapshot):
+        raise RuntimeError(
+            f"snapshot {run.snapshot.name!r}: the file {snapshot_file(run.snapshot)} no longer matches its hash "
+            f"{run.snapshot.content_hash[:12]}; refusing to train on changed data"
+        )
+    pipeline = PIPELINES[run.kind]
+    _, main = pipeline.load()
+    config = judge_config(run)
+    TrainingRun.objects.filter(pk=run.pk).update(artifact_dir=config.output_dir)
+    recorder.log(
+        f"{run.get_kind_display()} on snapshot {run.snapshot.name!r} ({run.snapshot.row_count} rows, "
+        f"{run.snapshot.content_hash[:12]}) from {config.base_model}"
+    )
+    summary = main(config, recorder)
+    model = register(run, config, summary)
+    shutil.rmtree(Path(config.output_dir) / CHECKPOINT_DIR, ignore_errors=True)
+    recorder.log(f"registered {model.name}: {_headline(summary.get('metrics') or {})}")
+    return {**_json_safe(summary), "registered_model": model.pk, "config": _json_safe(asdict(config))}
+
+
+def register(run: TrainingRun, config: Any, summary: Mapping[str, Any]) -> RegisteredModel:
+    """Record the run's model in the registry, and its held-out figures as evaluations. Idempotent per run."""
+    metrics = _json_safe(summary.get("metrics") or {})
+    with transaction.atomic():
+        model, _ = RegisteredModel.objects.update_or_create(
+            run=run,
+            defaults={
+                "project": run.project,
+                "name": run.config.get("name") or f"{run.kind}-{run.pk}",
+                "kind": run.kind,
+                "path": config.output_dir,
+                "snapshot": run.snapshot,
+                "snapshot_hash": run.snapshot.content_hash,
+                "base_policy": run.base_policy,
+                "base_model": config.base_model,
+                "metrics": metrics,
+            },
+        )
+        model.inputs.set((run.inputs.get("judges") or {}).values())
+        Evaluation.objects.filter(run=run).delete()
+        n = int(summary.get("eval_samples") or 0)
+        Evaluation.objects.bulk_create(
+            Evaluation(project=run.project, run=run, name=name[:64], value=value, n=n)
+            for name, value in metrics.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        )
+    return model
+
+
+def _headline(metrics: Mapping[str, Any]) -> str:
+    shown = [f"{name} {value:.3f}" for name, value in metrics.items() if isinstance(value, float)][:4]
+    return ", ".join(shown) or "no held-out figures"
+
+
+def _json_safe(value: Any) -> Any:
+    """Summaries go into JSON columns: NaN and infinities become None, tuples lists, paths strings."""
+    if isinstance(value, Mapping):
+        return {str(key): _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
