@@ -1,0 +1,572 @@
+"""The oracle test of the judge models: train the reward model, the process reward model and the value critic on
+oracle-labelled gridworld rows from training tasks, and hold each against the hidden oracle on the environment's
+held-out evaluation tasks, beside trivial baselines. Prints a table and writes the figures as JSON (`--out`).
+
+    .venv/bin/python bench/judge_oracle.py                      # all three judges, ~6 min on 2 idle CPU cores
+    .venv/bin/python bench/judge_oracle.py --models rm --pairs 1000 --rm '{"num_epochs": 6}'
+    .venv/bin/python bench/judge_oracle.py --models rm --rm_layout full      # the export layout: ~10x slower
+    .venv/bin/python bench/judge_oracle.py --base_model var/policies/bootstrap   # any HF directory as the base
+
+The defaults (3,000 pairs, 3 epochs, a 2-layer Llama of width 64 built from config, the `decisions` layout) are the
+smallest settings found that meet the issue's bar on a CPU: beat "shorter trajectory wins" overall and be clearly
+above chance on pairs where both trajectories failed. With ~1,000 pairs the reward model is at 0.5-0.63 on those.
+
+Training data (`reward_models.oracle_data`): scripted episodes on training seeds, mixed noise levels. Pairs are
+labelled by a B-Pref scripted teacher (P(a > b) = sigmoid(beta * (R_a - R_b)) on the oracle's `progress_return`,
+then flipped with probability `epsilon`); step labels are the oracle's step correctness flipped with probability
+`step_epsilon`, plus RLIF intervention rows on other episodes; the value critic gets the environment's rewards.
+
+Evaluation: episodes on `GridWorld().eval_seeds()` (tasks no training row comes from), labelled by the oracle with
+no noise. Pairs whose oracle returns are equal are left out (no answer is right).
+
+- Reward model: pairwise accuracy overall and by pair type (both_succeeded / one_succeeded / both_failed), with a
+  95 % interval from resampling whole tasks, beside "random" (0.5), "shorter trajectory wins" (steps; equal
+  lengths count half), "nearer at the end wins" (the smaller distance the last decision's reasoning states) and
+  "shorter, then nearer" (the two heuristics together). Each trajectory is scored once; a pair is right when the
+  oracle's better trajectory has the higher reward.
+- Process reward model: first-error accuracy and bad-step F1 against the oracle's step correctness (see
+  `reward_models.prm.evaluate`), beside "never an error", "the first step is wrong", the training labels' most
+  common first error, the majority label, "every step is bad" and "the action goes where the reasoning says the
+  goal is" (blind to walls).
+- Value critic: explained variance of the discounted returns on held-out steps, beside the per-step-index mean.
+
+`--rm_layout decisions` shows the reward model only the first and the last observation and every decision (the
+observations in between are emptied, turns kept): a long trajectory becomes ~250 tokens instead of ~1,000. Each
+decision's reasoning states the offset to the goal, so little is lost, and the reward model trains 6-10x faster on
+a CPU. The export layout, which Tandem's reward pipeline reads, is ``full``; ``decisions`` is what a reward-model
+option like the policies' ``history_window`` would give. The conversation ends at the last decision: no layout
+shows where the last action led.
+
+The pipelines run as Tandem runs them (`main(config)`, artifact written, loaded again with the loader) with
+``eval_fraction=0``: the held-out figures come from this script, not from a split of the training rows. Everything
+runs on the CPU unless CUDA is there; ``--threads`` sets torch's CPU threads (1 is fastest on a loaded 2-core
+machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from reward_models.envs.gridworld import GridWorld  # noqa: E402
+from reward_models.oracle_data import (  # noqa: E402
+    PAIR_TYPES,
+    OracleEpisode,
+    intervention_rows,
+    oracle_pairs,
+    pair_type,
+    preference_rows,
+    returns_rows,
+    scripted_episodes,
+    stepwise_rows,
+    write_jsonl,
+)
+from reward_models.policy.turns import Message, parse_decision  # noqa: E402
+
+MODELS = ("rm", "prm", "value")
+LAYOUTS = ("full", "decisions")
+# Pipeline settings for a tiny model on a CPU; --rm / --prm / --value JSON overrides them.
+RM_DEFAULTS: dict[str, Any] = {
+    "num_epochs": 3.0,
+    "learning_rate": 1e-3,
+    "batch_size": 16,
+    "max_length": 1024,
+    "save_steps": 10_000,
+    "logging_steps": 10,
+}
+PRM_DEFAULTS: dict[str, Any] = {
+    "num_epochs": 5.0,
+    "learning_rate": 5e-3,
+    "batch_size": 8,
+    "max_length": 1024,
+    "save_steps": 10_000,
+    "logging_steps": 10,
+}
+VALUE_DEFAULTS: dict[str, Any] = {**PRM_DEFAULTS, "learning_rate": 2e-3}
+BOOTSTRAP_RESAMPLES = 1000
+
+
+# --- baselines and metrics (no models: unit-tested) -------------------------------------------------------------
+
+
+def stated_distance(episode: OracleEpisode) -> int | None:
+    """The distance to the goal the last decision's reasoning states (``goal is down 2 left 1`` -> 3), or None
+    when it states none. It is the distance before the last action: the conversation ends at that decision."""
+    reasoning, _ = parse_decision(episode.messages[-1]["content"])
+    numbers = [int(word) for word in reasoning.split() if word.isdigit()]
+    return sum(numbers) if numbers else None
+
+
+def follows_reasoning(decision: str) -> bool:
+    """Whether a decision's action goes the way its reasoning says the goal lies (``goal is down 2 left 0 ;
+    action down``): the process reward model's telling baseline. It cannot see walls."""
+    reasoning, action = parse_decision(decision)
+    words = reasoning.split()
+    offsets = {word: int(number) for word, number in zip(words, words[1:], strict=False) if number.isdigit()}
+    return offsets.get(action, 0) > 0
+
+
+def _smaller_wins(better: float | None, worse: float | None) -> float:
+    """1 when the oracle's better trajectory has the smaller key, 0 when larger, 1/2 on a tie or an unknown key."""
+    if better is None or worse is None or better == worse:
+        return 0.5
+    return 1.0 if better < worse else 0.0
+
+
+BASELINES: dict[str, Callable[[OracleEpisode, OracleEpisode], float]] = {
+    "random": lambda better, worse: 0.5,
+    "shorter_wins": lambda better, worse: _smaller_wins(len(better.actions), len(worse.actions)),
+    "nearer_at_end_wins": lambda better, worse: _smaller_wins(stated_distance(better), stated_distance(worse)),
+    "shorter_then_nearer_wins": lambda better, worse: (
+        _smaller_wins(len(better.actions), len(worse.actions))
+        if len(better.actions) != len(worse.actions)
+        else _smaller_wins(stated_distance(better), stated_distance(worse))
+    ),
+}
+
+
+def judged_pairs(episodes: Sequence[OracleEpisode]) -> list[tuple[OracleEpisode, OracleEpisode]]:
+    """(better, worse) by the oracle's `progress_return` for every pair of one task whose returns differ."""
+    return [(a, b) if a.score > b.score else (b, a) for a, b in oracle_pairs(episodes) if a.score != b.score]
+
+
+def pair_accuracy(
+    pairs: Sequence[tuple[OracleEpisode, OracleEpisode]],
+    outcome: Callable[[OracleEpisode, OracleEpisode], float],
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Mean outcome (1 right, 0 wrong, 1/2 undecided) overall and by pair type, each with a 95 % interval from
+    resampling whole tasks (pairs of one task share trajectories, so they are not independent)."""
+    groups: dict[str, list[tuple[OracleEpisode, OracleEpisode]]] = {"all": list(pairs)}
+    for better, worse in pairs:
+        groups.setdefault(pair_type(better, worse), []).append((better, worse))
+    figures: dict[str, Any] = {}
+    for name in ("all", *PAIR_TYPES):
+        members = groups.get(name, [])
+        if not members:
+            figures[name] = {"pairs": 0}
+            continue
+        by_task: dict[int, list[float]] = {}
+        for better, worse in members:
+            by_task.setdefault(better.task_id, []).append(outcome(better, worse))
+        values = [value for task_values in by_task.values() for value in task_values]
+        figures[name] = {"pairs": len(values), "accuracy": statistics.fmean(values), **_task_interval(by_task, seed)}
+    return figures
+
+
+def _task_interval(by_task: dict[int, list[float]], seed: int) -> dict[str, float]:
+    rng = random.Random(seed)
+    tasks = list(by_task.values())
+    means = []
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        drawn = [rng.choice(tasks) for _ in tasks]
+        means.append(sum(sum(t) for t in drawn) / sum(len(t) for t in drawn))
+    means.sort()
+    return {"low": means[int(0.025 * len(means))], "high": means[int(0.975 * len(means)) - 1]}
+
+
+def elide_observations(messages: Sequence[Message]) -> list[Message]:
+    """The `decisions` layout of a trajectory conversation: every observation but the first and the last emptied
+    (turns kept, so the transcript still alternates)."""
+    users = [index for index, message in enumerate(messages) if message["role"] == "user"]
+    kept = {users[0], users[-1]} if users else set()
+    return [
+        {**message, "content": ""} if message["role"] == "user" and index not in kept else dict(message)
+        for index, message in enumerate(messages)
+    ]
+
+
+# --- data --------------------------------------------------------------------------------------------------------
+
+
+def training_data(args: argparse.Namespace) -> dict[str, Any]:
+    """Episodes on training seeds: enough tasks for `args.pairs` teacher-labelled pairs (whole tasks, then cut to
+    the count), and the episodes of the step-label, intervention and returns rows."""
+    noises = tuple(args.noises)
+    per_pair_task = math.comb(args.per_task, 2)
+    n_tasks = max(1, math.ceil(args.pairs / per_pair_task * 1.3))
+    while True:
+        episodes = scripted_episodes(n_tasks, args.per_task, noises, seed=args.seed)
+        rows = preference_rows(episodes, beta=args.beta, epsilon=args.epsilon, seed=args.seed)
+        if len(rows) >= args.pairs:
+            break
+        n_tasks *= 2
+    rows = rows[: args.pairs]
+    used_tasks = {row["task_id"] for row in rows}
+    step_episodes = episodes[: args.step_trajectories]
+    intervention_episodes = episodes[args.step_trajectories : args.step_trajectories + args.intervention_trajectories]
+    if len(step_episodes) + len(intervention_episodes) < args.step_trajectories + args.intervention_trajectories:
+        raise SystemExit("--step_trajectories + --intervention_trajectories exceed the training episodes; add --pairs")
+    teacher: dict[str, list[bool]] = {}
+    for row in rows:
+        teacher.setdefault(row["pair_type"], []).append(row["oracle_preferred"])
+        teacher.setdefault("all", []).append(row["oracle_preferred"])
+    return {
+        "episodes": episodes,
+        "preference": rows,
+        "stepwise": stepwise_rows(step_episodes, epsilon=args.step_epsilon, seed=args.seed)
+        + intervention_rows(intervention_episodes),
+        "returns": returns_rows(episodes[: args.return_trajectories]),
+        "stats": {
+            "pair_tasks": len(used_tasks),
+            "pairs": len(rows),
+            "pairs_by_type": {name: len(teacher.get(name, [])) for name in PAIR_TYPES},
+            "teacher_accuracy": {name: statistics.fmean(values) for name, values in teacher.items()},
+            "step_trajectories": len(step_episodes),
+            "intervention_trajectories": sum(episode.first_error is not None for episode in intervention_episodes),
+            "return_trajectories": min(len(episodes), args.return_trajectories),
+            "success_share": statistics.fmean(episode.success for episode in episodes),
+        },
+    }
+
+
+def with_layout(row: dict[str, Any], layout: str) -> dict[str, Any]:
+    if layout == "full":
+        return row
+    prompt_turns = len(row["prompt"])
+    chosen = elide_observations([*row["prompt"], *row["chosen"]])[prompt_turns:]
+    rejected = elide_observations([*row["prompt"], *row["rejected"]])[prompt_turns:]
+    return {**row, "chosen": chosen, "rejected": rejected}
+
+
+# --- the judges ----------------------------------------------------------------------------------------------------
+
+
+def base_model_dir(args: argparse.Namespace, work: Path) -> str:
+    """`args.base_model`, or a freshly initialised tiny Llama with the gridworld word tokenizer (as the
+    `tiny_base_model` test fixture builds it, sized by the flags)."""
+    if args.base_model:
+        return args.base_model
+    from reward_models.oracle_data import vocabulary
+    from reward_models.policy.bootstrap import vocabulary_corpus
+    from reward_models.policy.model import build_tiny_llama, save_policy
+    from reward_models.policy.tokenizer import build_word_tokenizer
+
+    tokenizer = build_word_tokenizer([*vocabulary_corpus(GridWorld()), *vocabulary()])
+    model = build_tiny_llama(
+        tokenizer,
+        hidden_size=args.hidden_size,
+        num_layers=args.num_layers,
+        num_heads=args.num_heads,
+        intermediate_size=args.intermediate_size,
+        max_positions=2048,
+        seed=args.seed,
+    )
+    path = save_policy(model, tokenizer, work / "base", history_window=0, max_new_tokens=32)
+    return str(path)
+
+
+def run_reward_model(
+    args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
+) -> dict[str, Any]:
+    from reward_models.common import config_from_dict
+    from reward_models.reward import RewardConfig, load_reward_model, main
+
+    rows = [with_layout(row, args.rm_layout) for row in data["preference"]]
+    path = write_jsonl(rows, work / "preference.jsonl")
+    values = {**RM_DEFAULTS, "seed": args.seed, **json.loads(args.rm)}
+    config = config_from_dict(
+        RewardConfig,
+        {**values, "data_path": str(path), "base_model": base, "output_dir": str(work / "rm"), "eval_fraction": 0.0},
+    )
+    started = time.perf_counter()
+    summary = main(config)
+    train_wall = time.perf_counter() - started
+    started = time.perf_counter()
+    model = load_reward_model(config.output_dir, device=args.device)
+    conversations = [
+        elide_observations(e.messages) if args.rm_layout == "decisions" else e.messages for e in evaluation
+    ]
+    scores, _ = model.score([c[:2] for c in conversations], [c[2:] for c in conversations])
+    reward = {id(episode): score for episode, score in zip(evaluation, scores, strict=True)}
+    pairs = judged_pairs(evaluation)
+
+    def higher_reward_wins(better: OracleEpisode, worse: OracleEpisode) -> float:
+        return _smaller_wins(-reward[id(better)], -reward[id(worse)])
+
+    figures = {"reward_model": pair_accuracy(pairs, higher_reward_wins)}
+    figures.update({name: pair_accuracy(pairs, outcome) for name, outcome in BASELINES.items()})
+    # The same pairs judged by both, so the interval of the difference is much narrower than either accuracy's.
+    shorter_wins = BASELINES["shorter_wins"]
+    margin_over_length = pair_accuracy(
+        pairs, lambda better, worse: higher_reward_wins(better, worse) - shorter_wins(better, worse)
+    )
+    return {
+        "config": {k: v for k, v in values.items()},
+        "layout": args.rm_layout,
+        "accuracy": figures,
+        "minus_shorter_wins": margin_over_length,
+        "samples_per_second": summary["samples_per_second"],
+        "train_seconds": summary["train_seconds"],
+        "train_wall_seconds": train_wall,
+        "eval_seconds": time.perf_counter() - started,
+        "train_pairs": summary["train_samples"],
+    }
+
+
+def run_prm(
+    args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
+) -> dict[str, Any]:
+    from reward_models.common import config_from_dict
+    from reward_models.prm import PRMConfig, evaluate, load_prm, main, step_metrics
+
+    path = write_jsonl(data["stepwise"], work / "stepwise.jsonl")
+    values = {**PRM_DEFAULTS, "seed": args.seed, **json.loads(args.prm)}
+    config = config_from_dict(
+        PRMConfig,
+        {**values, "data_path": str(path), "base_model": base, "output_dir": str(work / "prm"), "eval_fraction": 0.0},
+    )
+    started = time.perf_counter()
+    summary = main(config)
+    train_wall = time.perf_counter() - started
+    started = time.perf_counter()
+    prm = load_prm(config.output_dir, device=args.device)
+    rows = stepwise_rows(evaluation)  # no noise: the labels are the oracle's
+    scores = prm.batch_step_scores([(row["prompt"], row["completions"]) for row in rows])
+    labelled = [row for row in data["stepwise"] if row["source"] == "label"]
+    metrics = evaluate(scores, rows, labelled, config.threshold)
+    guesses = [
+        [follows_reasoning(episode.messages[2 + 2 * step]["content"]) for step in range(len(row["labels"]))]
+        for episode, row in zip(evaluation, rows, strict=True)
+    ]
+    heuristic = step_metrics(guesses, [row["labels"] for row in rows])
+    metrics.update({f"baseline_follows_reasoning_{name}": value for name, value in heuristic.items()})
+    return {
+        "config": values,
+        "metrics": {name: value for name, value in metrics.items() if not name.startswith("oracle_")},
+        "samples_per_second": summary["samples_per_second"],
+        "train_seconds": summary["train_seconds"],
+        "train_wall_seconds": train_wall,
+        "eval_seconds": time.perf_counter() - started,
+        "train_trajectories": summary["train_trajectories"],
+    }
+
+
+def run_value(
+    args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
+) -> dict[str, Any]:
+    from reward_models.common import config_from_dict
+    from reward_models.value import ValueConfig, discounted_returns, evaluate, load_value_critic, main
+
+    path = write_jsonl(data["returns"], work / "returns.jsonl")
+    values = {**VALUE_DEFAULTS, "seed": args.seed, **json.loads(args.value)}
+    config = config_from_dict(
+        ValueConfig,
+        {**values, "data_path": str(path), "base_model": base, "output_dir": str(work / "value"), "eval_fraction": 0},
+    )
+    started = time.perf_counter()
+    summary = main(config)
+    train_wall = time.perf_counter() - started
+    started = time.perf_counter()
+    critic = load_value_critic(config.output_dir, device=args.device)
+    rows = returns_rows(evaluation)
+    predicted = critic.batch_values([(row["prompt"], row["completions"]) for row in rows])
+    metrics = evaluate(
+        predicted,
+        [discounted_returns(row["rewards"], config.gamma) for row in rows],
+        [discounted_returns(row["rewards"], config.gamma) for row in data["returns"]],
+    )
+    return {
+        "config": values,
+        "metrics": metrics,
+        "samples_per_second": summary["samples_per_second"],
+        "train_seconds": summary["train_seconds"],
+        "train_wall_seconds": train_wall,
+        "eval_seconds": time.perf_counter() - started,
+        "train_trajectories": summary["train_trajectories"],
+    }
+
+
+# --- the report ------------------------------------------------------------------------------------------------------
+
+
+def print_table(result: dict[str, Any]) -> None:
+    stats = result["training_data"]
+    teacher = stats["teacher_accuracy"]
+    by_type = ", ".join(f"{name} {stats['pairs_by_type'][name]}" for name in PAIR_TYPES)
+    agreement = ", ".join(f"{name} {teacher.get(name, math.nan):.3f}" for name in PAIR_TYPES)
+    print(
+        f"training: {stats['pairs']} pairs on {stats['pair_tasks']} tasks ({by_type}); the teacher agrees with "
+        f"the oracle on {teacher['all']:.3f} ({agreement})"
+    )
+    held = result["held_out"]
+    print(f"held out: {held['episodes']} episodes on {held['tasks']} eval tasks, {held['pairs']} judged pairs")
+    if "rm" in result:
+        rm = result["rm"]
+        print(f"\nreward model ({rm['layout']} layout): pairwise accuracy against the oracle [95% task interval]")
+        columns = ("all", *PAIR_TYPES)
+        print(f"{'':26}" + "".join(f"{name:>22}" for name in columns))
+        rows = [*rm["accuracy"].items(), ("reward_model - shorter", rm["minus_shorter_wins"])]
+        for name, figures in rows:
+            signed = "+" if name.endswith("shorter") else ""
+            print(f"{name:26}" + "".join(_cell(figures[kind], signed) for kind in columns))
+        print(f"{'pairs':26}" + "".join(f"{rm['accuracy']['random'][k]['pairs']:>22}" for k in ("all", *PAIR_TYPES)))
+    if "prm" in result:
+        m = result["prm"]["metrics"]
+        print("\nprocess reward model against the oracle's step correctness")
+        print(
+            f"  first-error accuracy {m['first_error_accuracy']:.3f}   baselines: never an error "
+            f"{m['baseline_never_first_error_accuracy']:.3f}, first step wrong "
+            f"{m['baseline_first_step_first_error_accuracy']:.3f}, most common in training "
+            f"{m['baseline_common_first_error_accuracy']:.3f}, action follows the reasoning "
+            f"{m['baseline_follows_reasoning_first_error_accuracy']:.3f}"
+        )
+        print(
+            f"  bad-step F1 {m['bad_step_f1']:.3f} (precision {m['bad_step_precision']:.3f}, recall "
+            f"{m['bad_step_recall']:.3f}), AUROC {m['bad_step_auroc']:.3f}   baselines: every step bad "
+            f"{m['baseline_all_bad_step_f1']:.3f}, majority label {m['baseline_majority_bad_step_f1']:.3f}, action "
+            f"follows the reasoning {m['baseline_follows_reasoning_bad_step_f1']:.3f}"
+        )
+        print(
+            f"  step accuracy {m['step_accuracy']:.3f}   majority label {m['baseline_majority_step_accuracy']:.3f}"
+            f"   ({m['held_out_steps']} steps, {m['bad_step_share']:.3f} bad)"
+        )
+    if "value" in result:
+        m = result["value"]["metrics"]
+        print("\nvalue critic: discounted returns on held-out steps")
+        print(
+            f"  explained variance {m.get('explained_variance', float('nan')):.3f} (mse {m['mse']:.4f})   "
+            f"per-step-index mean {m.get('baseline_step_mean_explained_variance', float('nan')):.3f} "
+            f"(mse {m['baseline_step_mean_mse']:.4f})"
+        )
+    print("\nspeed (samples/s: pairs for the reward model, trajectory windows for the others)")
+    for name in MODELS:
+        if name in result:
+            r = result[name]
+            print(
+                f"  {name:6} {r['samples_per_second']:8.2f} samples/s  train {r['train_seconds']:6.1f}s  "
+                f"run {r['train_wall_seconds']:6.1f}s  held-out scoring {r['eval_seconds']:5.1f}s"
+            )
+    print(f"  wall time {result['wall_seconds']:.1f}s, load average at the end {result['machine']['load_average']}")
+
+
+def _cell(figures: dict[str, Any], signed: str) -> str:
+    if not figures["pairs"]:
+        return "-".rjust(22)
+    text = f"{figures['accuracy']:{signed}.3f} [{figures['low']:{signed}.2f},{figures['high']:{signed}.2f}]"
+    return text.rjust(22)
+
+
+# --- main --------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="var/bench/judge_oracle.json", help="Where the figures go (JSON).")
+    parser.add_argument("--work_dir", default="", help="Keep data and models here (default: a temporary folder).")
+    parser.add_argument("--models", default=",".join(MODELS), help="Comma-separated: rm, prm, value.")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads.")
+    parser.add_argument("--device", default=None, help="Scoring device (default: CUDA if there is one).")
+    group = parser.add_argument_group("base model")
+    group.add_argument("--base_model", default="", help="A HF model directory; default: build a tiny Llama.")
+    group.add_argument("--hidden_size", type=int, default=64, help="Width of the built Llama.")
+    group.add_argument("--num_layers", type=int, default=2, help="Its decoder layers.")
+    group.add_argument("--num_heads", type=int, default=4, help="Its attention heads.")
+    group.add_argument("--intermediate_size", type=int, default=128, help="Its MLP width.")
+    group = parser.add_argument_group("training data (training seeds, noisy teacher)")
+    group.add_argument("--pairs", type=int, default=3000, help="Teacher-labelled pairs for the reward model.")
+    group.add_argument("--per_task", type=int, default=4, help="Episodes per training task (pairs within tasks).")
+    group.add_argument("--noises", type=float, nargs="+", default=[0.1, 0.4, 0.8], help="Demonstrator noise mix.")
+    group.add_argument("--beta", type=float, default=50.0, help="Teacher rationality (<= 0: perfectly rational).")
+    group.add_argument("--epsilon", type=float, default=0.1, help="Teacher's mistake rate on pairs.")
+    group.add_argument("--step_epsilon", type=float, default=0.1, help="Mistake rate of the step labels.")
+    group.add_argument("--step_trajectories", type=int, default=400, help="Step-labelled episodes for the PRM.")
+    group.add_argument("--intervention_trajectories", type=int, default=200, help="Episodes with an intervention.")
+    group.add_argument("--return_trajectories", type=int, default=400, help="Episodes for the value critic.")
+    group = parser.add_argument_group("held-out evaluation (eval seeds, oracle labels)")
+    group.add_argument("--eval_tasks", type=int, default=200, help="Eval seeds used (the environment has 200).")
+    group.add_argument("--eval_per_task", type=int, default=6, help="Episodes per eval task.")
+    group.add_argument("--step_eval_episodes", type=int, default=400, help="Of them, scored by the PRM and critic.")
+    group = parser.add_argument_group("pipelines (JSON objects over the defaults, any field of their configs)")
+    group.add_argument("--rm", default="{}", help=f"RewardConfig fields; defaults {RM_DEFAULTS}.")
+    group.add_argument("--rm_layout", choices=LAYOUTS, default="decisions", help="What the reward model reads.")
+    group.add_argument("--prm", default="{}", help=f"PRMConfig fields; defaults {PRM_DEFAULTS}.")
+    group.add_argument("--value", default="{}", help=f"ValueConfig fields; defaults {VALUE_DEFAULTS}.")
+    args = parser.parse_args(argv)
+    args.models = [name.strip() for name in args.models.split(",") if name.strip()]
+    unknown = set(args.models) - set(MODELS)
+    if unknown:
+        parser.error(f"--models: unknown {sorted(unknown)}; choose from {', '.join(MODELS)}")
+    if args.beta <= 0:
+        args.beta = None
+    for name in ("rm", "prm", "value"):
+        try:
+            overrides = json.loads(getattr(args, name))
+        except json.JSONDecodeError as exc:
+            parser.error(f"--{name}: not JSON ({exc.msg})")
+        if not isinstance(overrides, dict):
+            parser.error(f"--{name}: must be a JSON object")
+    if not args.base_model and args.hidden_size % args.num_heads:
+        parser.error("--hidden_size must be divisible by --num_heads")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    import torch
+    from transformers.utils import logging as transformers_logging
+
+    torch.set_num_threads(args.threads)
+    # The load reports (a new head on a base model is expected here) and progress bars would bury the table.
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+    started = time.perf_counter()
+    env = GridWorld()
+    data = training_data(args)
+    evaluation = scripted_episodes(
+        args.eval_tasks, args.eval_per_task, tuple(args.noises), seed=args.seed + 1, seeds=env.eval_seeds()
+    )
+    pairs = judged_pairs(evaluation)
+    result: dict[str, Any] = {
+        "settings": {
+            key: value for key, value in vars(args).items() if key not in ("rm", "prm", "value", "out", "work_dir")
+        },
+        "training_data": data["stats"],
+        "held_out": {
+            "tasks": len({episode.task_id for episode in evaluation}),
+            "episodes": len(evaluation),
+            "pairs": len(pairs),
+            "success_share": statistics.fmean(episode.success for episode in evaluation),
+        },
+    }
+    with tempfile.TemporaryDirectory(prefix="judge-oracle-") as scratch:
+        work = Path(args.work_dir or scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        for name in ("rm", "prm", "value"):
+            if (work / name).exists():
+                raise SystemExit(f"{work / name} exists: give a fresh --work_dir (the pipelines would reuse it)")
+        base = base_model_dir(args, work)
+        # Per-step judges read every observation, so they are scored on an even spread of the held-out episodes.
+        stride = max(1, len(evaluation) // args.step_eval_episodes)
+        step_evaluation = evaluation[::stride][: args.step_eval_episodes]
+        runners = {"rm": run_reward_model, "prm": run_prm, "value": run_value}
+        for name in args.models:
+            result[name] = runners[name](args, data, evaluation if name == "rm" else step_evaluation, base, work)
+    result["wall_seconds"] = time.perf_counter() - started
+    result["machine"] = {"threads": args.threads, "cpus": os.cpu_count(), "load_average": os.getloadavg()}
+    print_table(result)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
