@@ -149,6 +149,7 @@ def judge_throughput(base_dir: Path, work: Path, args) -> dict[str, float]:
         stepwise_rows,
         write_jsonl,
     )
+    from training.judges import PIPELINES
 
     episodes = scripted_episodes(60, per_task=3, seed=1)
     data = {
@@ -157,24 +158,12 @@ def judge_throughput(base_dir: Path, work: Path, args) -> dict[str, float]:
         "value_critic": returns_rows(episodes),
         "generative_critic": critique_rows(episodes),
     }
-    pipelines = {
-        "reward_model": ("reward_models.reward", "RewardConfig"),
-        "prm": ("reward_models.prm", "PRMConfig"),
-        "value_critic": ("reward_models.value", "ValueConfig"),
-        "generative_critic": ("reward_models.critic_lm", "CriticConfig"),
-    }
-    import importlib
-
     figures = {}
-    for kind, (module_name, config_name) in pipelines.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            print(f"{kind}: skipped ({exc})")
-            continue
+    for kind, pipeline in PIPELINES.items():
+        config_class, main = pipeline.load()
         path = write_jsonl(data[kind], work / f"{kind}.jsonl")
         config = config_from_dict(
-            getattr(module, config_name),
+            config_class,
             {
                 "data_path": str(path),
                 "base_model": str(base_dir),
@@ -186,7 +175,7 @@ def judge_throughput(base_dir: Path, work: Path, args) -> dict[str, float]:
                 "precision": "fp32",
             },
         )
-        summary = module.main(config)
+        summary = main(config)
         figures[kind] = summary["samples_per_second"]
     return figures
 

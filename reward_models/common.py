@@ -26,7 +26,7 @@ import sys
 import time
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -368,13 +368,12 @@ def split_by_task(
     return train, evaluation
 
 
-def message_text(messages: str | Iterable[Mapping[str, str]]) -> str:
-    """Conversational turns as the ``Role: content`` transcript, one line per message, that
-    `reward_models.policy.turns.render_prompt` writes for models without a chat template and the `text` style of
-    Tandem's exports uses; plain text is returned as it is."""
-    if isinstance(messages, str):
-        return messages
-    return "\n".join(f"{message['role'].capitalize()}: {message['content']}" for message in messages)
+def message_text(messages: str | Sequence[Mapping[str, str]]) -> str:
+    """Conversational turns as the ``Role: content`` transcript (`reward_models.policy.turns.transcript`, the form of
+    the exports' `text` style and of prompts for models without a chat template); plain text is returned as it is."""
+    from reward_models.policy.turns import transcript
+
+    return messages if isinstance(messages, str) else transcript(messages)
 
 
 # --- checkpoints and artifacts -----------------------------------------------------------------------------------
@@ -422,3 +421,19 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     if not manifest.is_file():
         raise FileNotFoundError(f"{path} is not a Tandem model directory: it has no {ARTIFACT_MANIFEST}")
     return json.loads(manifest.read_text())
+
+
+def finished_summary(config: Any, kind: str) -> dict[str, Any] | None:
+    """The stored summary when `config.output_dir` already holds a finished `kind` model trained with this very
+    config (so a repeated run does nothing), None when it holds none. A different finished model there is a
+    `ConfigError`: it is never overwritten."""
+    try:
+        manifest = read_manifest(config.output_dir)
+    except FileNotFoundError:
+        return None
+    # Compare as JSON, the form the manifest stored (tuples become lists).
+    if manifest.get("kind") != kind or manifest.get("config") != json.loads(json.dumps(config_dict(config))):
+        raise ConfigError(
+            "output_dir", f"{config.output_dir} already holds a finished model with other settings; use a new one"
+        )
+    return manifest["summary"]

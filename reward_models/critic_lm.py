@@ -46,7 +46,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import time
@@ -62,7 +61,7 @@ from reward_models.common import (
     SilentReporter,
     checkpoint_dir,
     cli,
-    config_dict,
+    finished_summary,
     last_checkpoint,
     message_text,
     read_manifest,
@@ -343,20 +342,6 @@ def _sample_rows(rows: Sequence[dict[str, Any]], count: int) -> list[dict[str, A
     return [rows[index * len(rows) // count] for index in range(count)]
 
 
-def _finished_summary(config: CriticConfig) -> dict[str, Any] | None:
-    """The stored summary when `output_dir` already holds this run's finished critic; another finished model
-    there is a `ConfigError` (it is never overwritten)."""
-    try:
-        manifest = read_manifest(config.output_dir)
-    except FileNotFoundError:
-        return None
-    if manifest.get("kind") != KIND or manifest["config"] != json.loads(json.dumps(config_dict(config))):
-        raise ConfigError(
-            "output_dir", f"{config.output_dir} already holds a finished model with other settings; use a new one"
-        )
-    return manifest["summary"]
-
-
 def _evaluation_metrics(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
     metrics = {
         "eval_loss": after["eval_loss"],
@@ -379,7 +364,7 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
     from trl import SFTConfig, SFTTrainer
 
     reporter = reporter or SilentReporter()
-    finished = _finished_summary(config)
+    finished = finished_summary(config, KIND)
     if finished is not None:
         reporter.log(f"{config.output_dir} already holds this critic; not training again")
         return finished

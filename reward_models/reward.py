@@ -71,7 +71,7 @@ from reward_models.common import (
     SilentReporter,
     checkpoint_dir,
     cli,
-    config_dict,
+    finished_summary,
     last_checkpoint,
     message_text,
     read_manifest,
@@ -648,24 +648,11 @@ def _train_member(
     return record, resume
 
 
-def _finished_summary(config: RewardConfig) -> dict[str, Any] | None:
-    """The stored summary when `output_dir` already holds this run's finished model."""
-    try:
-        manifest = read_manifest(config.output_dir)
-    except FileNotFoundError:
-        return None
-    if manifest.get("kind") != KIND or manifest["config"] != json.loads(json.dumps(config_dict(config))):
-        raise ConfigError(
-            "output_dir", f"{config.output_dir} already holds a finished model with other settings; use a new one"
-        )
-    return manifest["summary"]
-
-
 def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train the reward model (or ensemble) on `config.data_path`, evaluate it on the held-out tasks and write
     `config.output_dir`; returns the summary (also kept in the manifest)."""
     reporter = reporter or SilentReporter()
-    finished = _finished_summary(config)
+    finished = finished_summary(config, KIND)
     if finished is not None:
         reporter.log(f"{config.output_dir} already holds this reward model; not training again")
         return finished

@@ -33,14 +33,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reward_models.common import (
-    ARTIFACT_MANIFEST,
     ConfigError,
     JudgeConfig,
     Reporter,
     checkpoint_dir,
-    config_dict,
     last_checkpoint,
-    read_manifest,
     resolve_precision,
     seed_everything,
     trainer_callback,
@@ -217,18 +214,6 @@ def load_step_model(path: str | Path, device: str | None = None) -> tuple[PreTra
 
 
 # --- training ----------------------------------------------------------------------------------------------------
-
-
-def finished_summary(config: StepHeadConfig, kind: str) -> dict[str, Any] | None:
-    """The stored summary when `config.output_dir` already holds a finished model of this kind from the same
-    config and snapshot (so a repeated run does nothing), None when it holds none. A different finished model
-    there is a `ConfigError`: it is never overwritten."""
-    if not (Path(config.output_dir) / ARTIFACT_MANIFEST).is_file():
-        return None
-    manifest = read_manifest(config.output_dir)
-    if manifest.get("kind") != kind or manifest.get("config") != config_dict(config):
-        raise ConfigError("output_dir", f"{config.output_dir} already holds a finished model from another config")
-    return manifest["summary"]
 
 
 @dataclass

@@ -37,6 +37,7 @@ from reward_models.common import (
     Reporter,
     SilentReporter,
     cli,
+    finished_summary,
     read_rows,
     require,
     split_by_task,
@@ -44,7 +45,6 @@ from reward_models.common import (
 )
 from reward_models.steps import (
     StepHeadConfig,
-    finished_summary,
     load_step_model,
     loss_history,
     prepare_tokenizer,

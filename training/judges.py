@@ -231,7 +231,7 @@ def register(run: TrainingRun, config: Any, summary: Mapping[str, Any]) -> Regis
         Evaluation.objects.bulk_create(
             Evaluation(project=run.project, run=run, name=name[:64], value=value, n=n)
             for name, value in metrics.items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool)  # _json_safe made NaN None
         )
     return model
 
