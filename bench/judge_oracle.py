@@ -76,7 +76,7 @@ from reward_models.oracle_data import (  # noqa: E402
     stepwise_rows,
     write_jsonl,
 )
-from reward_models.policy.turns import Message, parse_decision  # noqa: E402
+from reward_models.policy.turns import elide_observations, parse_decision  # noqa: E402
 
 MODELS = ("rm", "prm", "value")
 LAYOUTS = ("full", "decisions")
@@ -178,17 +178,6 @@ def _task_interval(by_task: dict[int, list[float]], seed: int) -> dict[str, floa
         means.append(sum(sum(t) for t in drawn) / sum(len(t) for t in drawn))
     means.sort()
     return {"low": means[int(0.025 * len(means))], "high": means[int(0.975 * len(means)) - 1]}
-
-
-def elide_observations(messages: Sequence[Message]) -> list[Message]:
-    """The `decisions` layout of a trajectory conversation: every observation but the first and the last emptied
-    (turns kept, so the transcript still alternates)."""
-    users = [index for index, message in enumerate(messages) if message["role"] == "user"]
-    kept = {users[0], users[-1]} if users else set()
-    return [
-        {**message, "content": ""} if message["role"] == "user" and index not in kept else dict(message)
-        for index, message in enumerate(messages)
-    ]
 
 
 # --- data --------------------------------------------------------------------------------------------------------

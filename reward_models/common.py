@@ -165,6 +165,8 @@ def _checked_value(name: str, value: Any, hint: Any) -> Any:
         return value
     if list in allowed and isinstance(value, (list, tuple)):
         return list(value)
+    if dict in allowed and isinstance(value, Mapping) and all(isinstance(key, str) for key in value):
+        return dict(value)
     raise ConfigError(name, f"must be {_type_names(allowed)}, not {type(value).__name__} {value!r}")
 
 
@@ -181,6 +183,7 @@ def _allowed_types(hint: Any) -> set[type]:
 
 def _type_names(allowed: set[type]) -> str:
     names = {bool: "true or false", int: "a whole number", float: "a number", str: "text", list: "a list"}
+    names[dict] = "an object"
     return " or ".join(names.get(kind, kind.__name__) for kind in allowed if kind is not type(None))
 
 
@@ -231,6 +234,11 @@ def _cli_parser(name: str, allowed: set[type]) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(f"{name}: expected true or false, got {text!r}")
         if list in allowed:
             return json.loads(text) if text.startswith("[") else [part for part in text.split(",") if part]
+        if dict in allowed:
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise argparse.ArgumentTypeError(f"{name}: expected a JSON object, got {text!r}") from exc
         for kind in (int, float):
             if kind in allowed:
                 try:

@@ -32,7 +32,7 @@ from typing import Any
 from reward_models.envs.base import training_seeds
 from reward_models.envs.gridworld import ACTIONS, INSTRUCTION, GridWorld
 from reward_models.policy.bootstrap import goal_reasoning
-from reward_models.policy.turns import Message, format_decision, text_pair, text_steps, transcript
+from reward_models.policy.turns import Message, format_decision, parse_decision, text_pair, text_steps, transcript
 
 PAIR_TYPES = ("both_succeeded", "one_succeeded", "both_failed")
 CRITIQUE_REQUEST = "Critique this trajectory."
@@ -337,3 +337,151 @@ def build_tiny_base(
         seed=seed,
     )
     return save_policy(model, tokenizer, path, history_window=0, max_new_tokens=32)
+
+
+# --- the policy's own rollouts, and what an oracle annotator says about them (policy trainers) -----------------------
+
+
+def policy_episodes(
+    policy: Any,
+    n_tasks: int,
+    *,
+    samples_per_task: int = 1,
+    greedy: bool = False,
+    temperature: float = 1.0,
+    seed: int = 0,
+    start: int = 0,
+    env_config: dict[str, Any] | None = None,
+) -> list[OracleEpisode]:
+    """`samples_per_task` rollouts of `policy` (any `reward_models.policy.base.Policy`) on each of `n_tasks`
+    training tasks from seed `start` up (never a held-out one), with what the oracle knows about each: the on-policy
+    episodes that interventions, ratings and corrections are given on. `noise` is -1: the mistakes are the policy's
+    own. Deterministic for the same policy and arguments."""
+    from functools import partial
+
+    from reward_models.rollout import rollout
+
+    env = GridWorld(**(env_config or {}))
+    tasks = [env.make_task(task_seed) for task_seed in training_seeds(env, n_tasks, start)]
+    factory = partial(GridWorld, **(env_config or {}))
+    rolled = rollout(
+        factory,
+        tasks,
+        policy,
+        samples_per_task=samples_per_task,
+        greedy=greedy,
+        temperature=temperature,
+        seed=seed,
+        render=False,
+        max_turns=env.max_steps,
+    )
+    episodes = []
+    for number, episode in enumerate(rolled, start=1):
+        oracle = env.oracle(episode.task)
+        messages: list[Message] = [{"role": "system", "content": episode.task["instruction"]}]
+        for step in episode.steps:
+            messages.append({"role": "user", "content": step.observation})
+            messages.append({"role": "assistant", "content": step.text})
+        episodes.append(
+            OracleEpisode(
+                trajectory_id=number,
+                task_id=episode.task["seed"],
+                noise=-1.0,
+                messages=messages,
+                actions=episode.actions,
+                rewards=[step.reward for step in episode.steps],
+                success=oracle.success(episode.actions),
+                step_correct=oracle.step_correct(episode.actions),
+                score=oracle.progress_return(episode.actions),
+                env_config=dict(env_config or {}),
+            )
+        )
+    return episodes
+
+
+def oracle_correction(episode: OracleEpisode, step: int, rng: random.Random) -> str:
+    """The assistant text an oracle annotator writes when correcting `step`: the demonstrator's reasoning for that
+    step's observation and one of the shortest-path moves from there (drawn with `rng` when several are)."""
+    env = GridWorld(**episode.env_config)
+    best = env.oracle(env.make_task(episode.task_id)).best_actions(episode.actions[:step])
+    observation = episode.messages[1 + 2 * step]["content"]
+    return format_decision(goal_reasoning(observation), rng.choice(best))
+
+
+def intervention_step_preference_rows(episodes: Sequence[OracleEpisode], *, seed: int = 0) -> list[dict[str, Any]]:
+    """`step_preference` rows from an oracle annotator who intervenes at each episode's first wrong step: the prompt
+    is the conversation up to that step's observation, `chosen` the correction (`oracle_correction`), `rejected` the
+    policy's own step, as the export writes an intervention (margin 1, source "intervention"). Episodes without a
+    wrong step give none. Rows carry `chosen_action` and `rejected_action` for analysis."""
+    rng = random.Random(seed)
+    rows = []
+    for episode in episodes:
+        error = episode.first_error
+        if error is None:
+            continue
+        corrected = oracle_correction(episode, error, rng)
+        original = episode.messages[2 + 2 * error]["content"]
+        if corrected == original:
+            continue
+        rows.append(
+            {
+                "prompt": episode.messages[: 2 + 2 * error],
+                "chosen": [{"role": "assistant", "content": corrected}],
+                "rejected": [{"role": "assistant", "content": original}],
+                "margin": 1.0,
+                "agreement": 1.0,
+                "rationale": "",
+                "annotator_ids": [0],
+                "label_ids": [len(rows) + 1],
+                "source": "intervention",
+                "step_index": error,
+                "task_id": episode.task_id,
+                "chosen_trajectory_id": None,
+                "rejected_trajectory_id": episode.trajectory_id,
+                "chosen_action": parse_decision(corrected)[1],
+                "rejected_action": episode.actions[error],
+            }
+        )
+    return rows
+
+
+def intervention_sft_rows(episodes: Sequence[OracleEpisode], *, seed: int = 0) -> list[dict[str, Any]]:
+    """`sft` rows for the same interventions as `intervention_step_preference_rows` (the same seed draws the same
+    corrections): the conversation up to the first wrong step's observation, then the correction."""
+    rows = []
+    for pair in intervention_step_preference_rows(episodes, seed=seed):
+        rows.append(
+            {
+                "messages": [*pair["prompt"], *pair["chosen"]],
+                "source": "intervention",
+                "step_index": pair["step_index"],
+                "annotator_ids": [0],
+                "label_ids": pair["label_ids"],
+                "trajectory_id": pair["rejected_trajectory_id"],
+                "task_id": pair["task_id"],
+            }
+        )
+    return rows
+
+
+def unpaired_rows(episodes: Sequence[OracleEpisode], *, epsilon: float = 0.0, seed: int = 0) -> list[dict[str, Any]]:
+    """`unpaired` (KTO) rows: one thumb per episode, up for a success and down for a failure, flipped with
+    probability `epsilon`; the prompt is the instruction and the first observation, the completion the rest."""
+    rng = random.Random(seed)
+    rows = []
+    for episode in episodes:
+        if len(episode.messages) < 3:
+            continue
+        rows.append(
+            {
+                "prompt": episode.messages[:2],
+                "completion": episode.messages[2:],
+                "label": episode.success != (rng.random() < epsilon),
+                "agreement": 1.0,
+                "annotator_ids": [0],
+                "label_ids": [episode.trajectory_id],
+                "trajectory_id": episode.trajectory_id,
+                "task_id": episode.task_id,
+            }
+        )
+    return rows

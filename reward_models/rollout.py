@@ -20,7 +20,7 @@ from typing import Any
 
 from reward_models.envs.base import Environment, StepResult, episode_success, replay
 from reward_models.policy.base import Policy
-from reward_models.policy.turns import Turn, parse_decision, turn_messages
+from reward_models.policy.turns import Message, Turn, parse_decision, turn_messages
 
 EnvFactory = Callable[[], Environment]
 ProgressCallback = Callable[[int, int], None]
@@ -35,6 +35,7 @@ class Step:
     reward: float
     done: bool
     logprob: float | None = None
+    token_ids: list[int] | None = None  # as generated (see policy.base.Decision); None for prefix or remote steps
     info: dict[str, Any] = field(default_factory=dict)
     render: dict[str, Any] | None = None
     from_prefix: bool = False  # replayed from a given prefix, not generated in this rollout
@@ -134,6 +135,7 @@ def rollout(
                 reward=result.reward,
                 done=result.done,
                 logprob=decision.logprob,
+                token_ids=decision.token_ids,
                 info=result.info,
                 render=item.env.render(item.observation) if render else None,
             )
@@ -142,6 +144,16 @@ def rollout(
             progress(sum(item.done for item in running), total)
 
     return [_finish(item) for item in running]
+
+
+def episode_messages(episode: Episode) -> list[Message]:
+    """An episode as the exports' trajectory conversation: the instruction, then each step's observation and the
+    policy's text; it ends at the last decision, as the preference rows do."""
+    messages: list[Message] = [{"role": "system", "content": episode.task["instruction"]}]
+    for step in episode.steps:
+        messages.append({"role": "user", "content": step.observation})
+        messages.append({"role": "assistant", "content": step.text})
+    return messages
 
 
 def continue_episode(

@@ -7,7 +7,12 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
 import pytest  # noqa: E402
+
+from reward_models.policy.bootstrap import BootstrapConfig  # noqa: E402
 
 
 def pytest_configure(config) -> None:
@@ -117,6 +122,34 @@ def tiny_policy(project, tiny_policy_dir):
     from feedback_app.models import PolicyVersion
 
     return PolicyVersion.objects.create(project=project, name="tiny", kind="local", weights_path=str(tiny_policy_dir))
+
+
+@pytest.fixture
+def demonstrations(project):
+    """Gridworld episodes played by a person along a shortest path, with the demonstrator's reasoning: what an
+    `sft` export holds as demonstrations."""
+    from feedback_app.models import Step, Task, Trajectory
+    from reward_models.envs.gridworld import GridWorld
+    from reward_models.policy.bootstrap import goal_reasoning
+
+    env = GridWorld()
+    for seed in range(100, 106):
+        spec = env.make_task(seed)
+        task = Task.objects.create(project=project, seed=seed, instruction=spec["instruction"], spec=spec)
+        oracle, observation, steps, done = env.oracle(spec), env.reset(spec), [], False
+        while not done:
+            action = oracle.best_actions([step.action for step in steps])[0]
+            result = env.step(action)
+            steps.append(
+                Step(index=len(steps), observation=observation, reasoning=goal_reasoning(observation), action=action)
+            )
+            observation, done = result.observation, result.done
+        trajectory = Trajectory.objects.create(
+            project=project, task=task, source="human", num_steps=len(steps), success=True
+        )
+        for step in steps:
+            step.trajectory = trajectory
+        Step.objects.bulk_create(steps)
 
 
 @pytest.fixture
@@ -259,3 +292,60 @@ def docs_dir():
     path = Path(__file__).parent.parent / "docs"
     path.mkdir(exist_ok=True)
     return path
+
+
+# --- trained model directories shared by reward_models/ and finetune/ tests (built once per session) ------------
+
+# Small enough to run in a few seconds, long enough that the policy writes well-formed turns.
+SHORT_BOOTSTRAP = {
+    "seed": 7,
+    "n_episodes": 400,
+    "max_train_steps": 60,
+    "warmup_steps": 5,
+    "batch_size": 64,
+    "eval_tasks": 16,
+    "lr": 3e-3,
+    # The default wall-clock budget would cut the run short on a loaded machine and make it nondeterministic.
+    "max_seconds": 1800.0,
+}
+
+
+def _short_bootstrap_config(output_dir: Path, **overrides: Any) -> BootstrapConfig:
+    return BootstrapConfig(output_dir=str(output_dir), **{**SHORT_BOOTSTRAP, **overrides})
+
+
+@pytest.fixture
+def short_bootstrap_config():
+    """Builds a BootstrapConfig for a seconds-long run: ``short_bootstrap_config(output_dir, **overrides)``."""
+    return _short_bootstrap_config
+
+
+@pytest.fixture(scope="session")
+def bootstrapped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A policy directory from a short bootstrap run, and the run's metrics."""
+    from reward_models.policy.bootstrap import main
+
+    output_dir = tmp_path_factory.mktemp("bootstrap") / "policy"
+    metrics = main(_short_bootstrap_config(output_dir))
+    return output_dir, metrics
+
+
+@pytest.fixture(scope="session")
+def policy_dir(bootstrapped: tuple[Path, dict[str, Any]]) -> Path:
+    return bootstrapped[0]
+
+
+@pytest.fixture(scope="session")
+def local_policy(policy_dir: Path):
+    from reward_models.policy.local import LocalCausalLMPolicy
+
+    return LocalCausalLMPolicy(policy_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_base_model(tmp_path_factory) -> Path:
+    """An untrained tiny Llama directory whose word tokenizer covers every word of `reward_models.oracle_data`'s
+    rows (gridworld turns, transcript roles, critique templates): the base model of the judge-pipeline tests."""
+    from reward_models.oracle_data import build_tiny_base
+
+    return build_tiny_base(tmp_path_factory.mktemp("base") / "tiny")

@@ -18,6 +18,9 @@ class Decision:
     action: str
     text: str
     logprob: float | None = None
+    # The generated token ids (the end-of-sequence token included when generation reached it), when the policy
+    # runs locally: trainers score exactly these, since decoding and re-encoding the text need not give them back.
+    token_ids: list[int] | None = None
 
 
 @runtime_checkable

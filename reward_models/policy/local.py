@@ -148,7 +148,9 @@ class LocalCausalLMPolicy:
             text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
             reasoning, action = parse_decision(text)
             logprob = float(token_logprobs[row][keep[row]].sum())
-            decisions.append(Decision(reasoning=reasoning, action=action, text=text, logprob=logprob))
+            decisions.append(
+                Decision(reasoning=reasoning, action=action, text=text, logprob=logprob, token_ids=ids.tolist())
+            )
         return decisions
 
 

@@ -164,3 +164,14 @@ def text_steps(messages: Sequence[Message]) -> tuple[str, list[str]]:
         ends.append(offset)
     cuts = [ends[2 + 2 * step] - len(prompt_text) for step in range((len(messages) - 1) // 2)]
     return prompt_text, [rest[start:end] for start, end in zip([0, *cuts], cuts, strict=False)]
+
+
+def elide_observations(messages: Sequence[Message]) -> list[Message]:
+    """The ``decisions`` layout of a trajectory conversation: every observation but the first and the last emptied,
+    turns kept (so the transcript still alternates). A judge trained on rows in this layout must read them in it."""
+    users = [index for index, message in enumerate(messages) if message["role"] == "user"]
+    kept = {users[0], users[-1]} if users else set()
+    return [
+        {**message, "content": ""} if message["role"] == "user" and index not in kept else dict(message)
+        for index, message in enumerate(messages)
+    ]

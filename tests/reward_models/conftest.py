@@ -1,4 +1,4 @@
-"""Shared fixtures for reward_models tests: one short bootstrap run gives a small trained policy directory.
+"""Shared fixtures for reward_models tests (the trained model directories are in the root conftest).
 
 These tests need no Django and no network; everything is built from configs.
 """
@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,52 +15,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from reward_models.envs.gridworld import GridWorld  # noqa: E402
 from reward_models.policy.base import Decision  # noqa: E402
-from reward_models.policy.bootstrap import BootstrapConfig  # noqa: E402
-
-# Small enough to run in a few seconds, long enough that the policy writes well-formed turns.
-SHORT_BOOTSTRAP = {
-    "seed": 7,
-    "n_episodes": 400,
-    "max_train_steps": 60,
-    "warmup_steps": 5,
-    "batch_size": 64,
-    "eval_tasks": 16,
-    "lr": 3e-3,
-    # The default wall-clock budget would cut the run short on a loaded machine and make it nondeterministic.
-    "max_seconds": 1800.0,
-}
-
-
-def _short_bootstrap_config(output_dir: Path, **overrides: Any) -> BootstrapConfig:
-    return BootstrapConfig(output_dir=str(output_dir), **{**SHORT_BOOTSTRAP, **overrides})
-
-
-@pytest.fixture
-def short_bootstrap_config():
-    """Builds a BootstrapConfig for a seconds-long run: ``short_bootstrap_config(output_dir, **overrides)``."""
-    return _short_bootstrap_config
-
-
-@pytest.fixture(scope="session")
-def bootstrapped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """A policy directory from a short bootstrap run, and the run's metrics."""
-    from reward_models.policy.bootstrap import main
-
-    output_dir = tmp_path_factory.mktemp("bootstrap") / "policy"
-    metrics = main(_short_bootstrap_config(output_dir))
-    return output_dir, metrics
-
-
-@pytest.fixture(scope="session")
-def policy_dir(bootstrapped: tuple[Path, dict[str, Any]]) -> Path:
-    return bootstrapped[0]
-
-
-@pytest.fixture(scope="session")
-def local_policy(policy_dir: Path):
-    from reward_models.policy.local import LocalCausalLMPolicy
-
-    return LocalCausalLMPolicy(policy_dir)
 
 
 class OraclePolicy:
@@ -94,12 +46,3 @@ class OraclePolicy:
 @pytest.fixture
 def oracle_policy() -> type[OraclePolicy]:
     return OraclePolicy
-
-
-@pytest.fixture(scope="session")
-def tiny_base_model(tmp_path_factory) -> Path:
-    """An untrained tiny Llama directory whose word tokenizer covers every word of `reward_models.oracle_data`'s
-    rows (gridworld turns, transcript roles, critique templates): the base model of the judge-pipeline tests."""
-    from reward_models.oracle_data import build_tiny_base
-
-    return build_tiny_base(tmp_path_factory.mktemp("base") / "tiny")

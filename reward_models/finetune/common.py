@@ -1,0 +1,410 @@
+"""What every policy trainer shares: the config, loading a policy to train, per-turn encodings with the observation
+mask, log-probabilities, held-out evaluation, accelerate checkpoints, and the saved policy directory.
+
+The observation mask. A trajectory is a conversation, and the policy only ever writes the assistant turns. Every
+trainer scores a trajectory turn by turn: turn ``i`` is encoded as the prompt the policy saw before it (instruction,
+the history its window shows, observation ``i``: ``turns.turn_messages``) and the completion it wrote, exactly as
+``LocalCausalLMPolicy`` generated it. ``pad_turns`` marks the completion tokens, and ``token_logprobs`` keeps the
+log-probabilities of those tokens only, so observation, instruction and padding tokens are context, never targets:
+no loss is taken on them and no gradient reaches their logits.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reward_models.common import (
+    PRECISIONS,
+    ConfigError,
+    checkpoint_dir,
+    require,
+    resolve_precision,
+    write_manifest,
+)
+from reward_models.envs.base import Environment, load_environment, training_seeds
+from reward_models.policy.model import read_policy_settings, save_policy
+from reward_models.policy.turns import Message, Turn, TurnEncoding, encode_turns, turn_messages
+
+if TYPE_CHECKING:
+    import torch
+    from accelerate import Accelerator
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from reward_models.rollout import Episode
+
+GRIDWORLD = "reward_models.envs.gridworld.GridWorld"
+LOOP_STATE_FILE = "loop_state.json"
+
+
+@dataclass
+class PolicyTrainConfig:
+    """Settings every policy trainer shares. Subclasses redefine a field to change its default."""
+
+    policy_path: str = field(default="", metadata={"help": "The policy directory to start from (Hugging Face)."})
+    reference_path: str = field(
+        default="", metadata={"help": "The reference policy for the KL term or DPO; empty: the starting policy."}
+    )
+    data_path: str = field(default="", metadata={"help": "An exported snapshot (JSONL or Parquet), for offline data."})
+    output_dir: str = field(default="var/policies/trained", metadata={"help": "Where checkpoints and the policy go."})
+    snapshot_hash: str = field(default="", metadata={"help": "The snapshot's content hash, kept in the manifest."})
+    seed: int = field(default=0, metadata={"help": "Seeds sampling, batch order and evaluation."})
+    learning_rate: float = field(default=1e-5, metadata={"help": "Peak learning rate."})
+    max_steps: int = field(default=100, metadata={"help": "Optimiser steps (or iterations, for online trainers)."})
+    batch_size: int = field(default=16, metadata={"help": "Examples per optimiser step."})
+    save_steps: int = field(default=25, metadata={"help": "Checkpoint every this many steps (for resume)."})
+    logging_steps: int = field(default=5, metadata={"help": "Record metrics every this many steps."})
+    max_seconds: float = field(default=0.0, metadata={"help": "Stop training after this many seconds (0: no limit)."})
+    precision: str = field(default="auto", metadata={"help": f"One of {', '.join(PRECISIONS)}; auto: bf16 on CUDA."})
+    use_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (peft), merged into the result."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    environment: str = field(default=GRIDWORLD, metadata={"help": "The environment class, as a dotted path."})
+    environment_config: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "Keyword arguments for the environment, as a JSON object."}
+    )
+    eval_tasks: int = field(default=200, metadata={"help": "Held-out tasks for before/after success (0: skip)."})
+    eval_temperature: float = field(default=1.0, metadata={"help": "Temperature of the sampled evaluation."})
+
+    def __post_init__(self) -> None:
+        require(bool(self.policy_path), "policy_path", "is required")
+        require(bool(self.output_dir), "output_dir", "is required")
+        require(0 < self.learning_rate < 1, "learning_rate", "must be between 0 and 1")
+        for name in ("max_steps", "batch_size", "save_steps", "logging_steps", "lora_r"):
+            require(getattr(self, name) > 0, name, "must be positive")
+        require(self.max_seconds >= 0, "max_seconds", "must be 0 (no limit) or positive")
+        require(self.precision in PRECISIONS, "precision", f"must be one of {', '.join(PRECISIONS)}")
+        require(self.eval_tasks >= 0, "eval_tasks", "must be 0 (skip) or positive")
+        require(self.eval_temperature > 0, "eval_temperature", "must be positive")
+        try:
+            environment_factory(self)()
+        except ValueError as exc:
+            raise ConfigError("environment", str(exc)) from None
+
+    @property
+    def reference(self) -> str:
+        return self.reference_path or self.policy_path
+
+
+def out_of_time(config: PolicyTrainConfig, started: float) -> bool:
+    """Whether `config.max_seconds` have passed since `started` (a `time.monotonic()` reading)."""
+    return bool(config.max_seconds) and time.monotonic() - started > config.max_seconds
+
+
+# --- the policy and its environment ------------------------------------------------------------------------------
+
+
+@dataclass
+class PolicyModel:
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    settings: dict[str, Any]  # tandem_policy.json: history_window, max_new_tokens
+
+
+def load_policy_model(
+    path: str | Path,
+    precision: str = "fp32",
+    *,
+    use_lora: bool = False,
+    lora_r: int = 16,
+    trainable: bool = True,
+    device: str | None = None,
+    field_name: str = "policy_path",
+) -> PolicyModel:
+    """A policy directory, loaded offline. A trainable model keeps fp32 weights (accelerate's mixed precision
+    computes in bf16/fp16), optionally wrapped in LoRA adapters; a frozen one (`trainable=False`, a reference) is
+    loaded in `precision` and in eval mode. A directory that is not a model is a `ConfigError` on `field_name`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ConfigError(field_name, f"{path} is not a model directory: it has no config.json")
+    dtype = torch.float32
+    if not trainable:
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[resolve_precision(precision)]
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    if device is not None:
+        model = model.to(device)
+    if trainable and use_lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=lora_r, lora_alpha=2 * lora_r))
+    if not trainable:
+        model.eval().requires_grad_(False)
+    return PolicyModel(model, tokenizer, read_policy_settings(path))
+
+
+def environment_factory(config: PolicyTrainConfig) -> Callable[[], Environment]:
+    """A fresh environment per call (environments are stateful), as `reward_models.rollout` wants."""
+    return partial(load_environment, config.environment, config.environment_config)
+
+
+def train_seeds_tasks(config: PolicyTrainConfig, count: int, start: int = 0) -> list[dict[str, Any]]:
+    """`count` training tasks from seed `start` up, never one of the environment's held-out evaluation tasks."""
+    env = environment_factory(config)()
+    return [env.make_task(seed) for seed in training_seeds(env, count, start)]
+
+
+def evaluate_policy(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    settings: dict[str, Any],
+    config: PolicyTrainConfig,
+    *,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Greedy and sampled success on the first `config.eval_tasks` held-out tasks, each with its standard error
+    (`rollout.evaluate_success`); {} when `eval_tasks` is 0. Pass the unwrapped model (`accelerator.unwrap_model`)."""
+    from reward_models.policy.local import LocalCausalLMPolicy
+    from reward_models.rollout import evaluate_success
+
+    if not config.eval_tasks:
+        return {}
+    factory = environment_factory(config)
+    seeds = list(factory().eval_seeds())[: config.eval_tasks]
+    padding_side = tokenizer.padding_side  # generation pads on the left; trainers may pad on the right
+    policy = LocalCausalLMPolicy.from_model(
+        model, tokenizer, history_window=settings["history_window"], max_new_tokens=settings["max_new_tokens"]
+    )
+    try:
+        greedy = evaluate_success(policy, factory, seeds, greedy=True, seed=seed)
+        sampled = evaluate_success(
+            policy, factory, seeds, greedy=False, temperature=config.eval_temperature, seed=seed
+        )
+    finally:
+        tokenizer.padding_side = padding_side
+    return {
+        "greedy_success": greedy["success_rate"],
+        "greedy_stderr": greedy["stderr"],
+        "sampled_success": sampled["success_rate"],
+        "sampled_stderr": sampled["stderr"],
+        "mean_length": sampled["mean_length"],
+        "tasks": len(seeds),
+    }
+
+
+# --- turns, padding and log-probabilities ------------------------------------------------------------------------
+
+
+def conversation_turns(messages: Sequence[Message]) -> tuple[str, list[Turn]]:
+    """An exported conversation (system, user, assistant, user, assistant, ...) as the instruction and its turns.
+    A last user message without an answer (the observation after the final step) is dropped."""
+    if not messages or messages[0].get("role") != "system":
+        raise ValueError("a conversation must start with the system message (the task instruction)")
+    turns = []
+    for index in range(1, len(messages) - 1, 2):
+        user, assistant = messages[index], messages[index + 1]
+        if user.get("role") != "user" or assistant.get("role") != "assistant":
+            roles = f"{user.get('role')!r}, {assistant.get('role')!r}"
+            raise ValueError(f"messages {index} and {index + 1} must be user then assistant, got {roles}")
+        turns.append(Turn(observation=user["content"], response=assistant["content"]))
+    return messages[0]["content"], turns
+
+
+def turn_encodings(
+    tokenizer: PreTrainedTokenizerBase,
+    instruction: str,
+    turns: Sequence[Turn],
+    history_window: int | None,
+    start: int = 0,
+) -> list[TurnEncoding]:
+    """For each turn from `start`, the prompt the policy saw before it and the completion it wrote."""
+    conversations = [
+        turn_messages(instruction, turns[:index], turns[index].observation, history_window)
+        for index in range(start, len(turns))
+    ]
+    return encode_turns(tokenizer, conversations, [turn.response for turn in turns[start:]])
+
+
+def episode_encodings(
+    tokenizer: PreTrainedTokenizerBase, episode: Episode, history_window: int | None
+) -> list[TurnEncoding]:
+    """`turn_encodings` of a rollout's episode, with each completion as the token ids generation produced where
+    the step kept them (decoding and re-encoding a sampled completion need not give the same tokens back: a
+    special token the text drops, for one)."""
+    turns = [Turn(observation=step.observation, response=step.text) for step in episode.steps]
+    encodings = turn_encodings(tokenizer, episode.task["instruction"], turns, history_window)
+    return [
+        TurnEncoding(encoding.prompt_ids, list(step.token_ids)) if step.token_ids else encoding
+        for encoding, step in zip(encodings, episode.steps, strict=True)
+    ]
+
+
+@dataclass
+class TurnBatch:
+    input_ids: torch.Tensor  # (B, T), right-padded
+    attention_mask: torch.Tensor  # (B, T)
+    completion_mask: torch.Tensor  # (B, T): 1 on the policy's own tokens, 0 on prompt and padding
+
+    def to(self, device: Any) -> TurnBatch:
+        return TurnBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device))
+
+
+def pad_turns(encodings: Sequence[TurnEncoding], pad_token_id: int, max_length: int | None = None) -> TurnBatch:
+    """One batch of turns, right-padded. With `max_length`, a prompt too long is cut from the left (the oldest
+    history goes first) and a completion longer than `max_length` is cut at the end."""
+    import torch
+
+    if not encodings:
+        raise ValueError("pad_turns needs at least one turn")
+    rows, masks = [], []
+    for encoding in encodings:
+        prompt, completion = list(encoding.prompt_ids), list(encoding.completion_ids)
+        if max_length is not None and len(prompt) + len(completion) > max_length:
+            completion = completion[:max_length]
+            keep = max_length - len(completion)
+            prompt = prompt[len(prompt) - keep :] if keep else []
+        rows.append(prompt + completion)
+        masks.append([0] * len(prompt) + [1] * len(completion))
+    width = max(len(row) for row in rows)
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    completion_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, (row, mask) in enumerate(zip(rows, masks, strict=True)):
+        input_ids[index, : len(row)] = torch.tensor(row, dtype=torch.long)
+        attention_mask[index, : len(row)] = 1
+        completion_mask[index, : len(row)] = torch.tensor(mask, dtype=torch.long)
+    return TurnBatch(input_ids, attention_mask, completion_mask)
+
+
+def token_logprobs(model: PreTrainedModel, batch: TurnBatch, logits: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, T): log p(token t | tokens before it) at completion tokens, 0 elsewhere (and at position 0). Pass
+    `logits` when the caller already ran the model (e.g. to take the entropy too)."""
+    import torch
+
+    if logits is None:
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    shifted = logits[:, :-1].float()
+    targets = batch.input_ids[:, 1:]
+    chosen = shifted.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - shifted.logsumexp(dim=-1)
+    mask = batch.completion_mask[:, 1:].to(chosen.dtype)
+    # Multiplying by the mask, not indexing, keeps the shape; masked positions contribute 0 and get no gradient.
+    return torch.nn.functional.pad(chosen * mask, (1, 0))
+
+
+def completion_logprobs(model: PreTrainedModel, batch: TurnBatch) -> torch.Tensor:
+    """(B,): the summed log-probability of each row's completion under `model`."""
+    return token_logprobs(model, batch).sum(dim=-1)
+
+
+# --- accelerate loops: precision, checkpoints, resume --------------------------------------------------------------
+
+
+def make_accelerator(config: PolicyTrainConfig) -> Accelerator:
+    """An `Accelerator` with the config's precision (fp32 on CPU) on the one device, or on every process of an
+    `accelerate launch`."""
+    import torch
+    from accelerate import Accelerator
+
+    precision = resolve_precision(config.precision)
+    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
+    return Accelerator(mixed_precision=mixed, cpu=not torch.cuda.is_available())
+
+
+def loop_checkpoints(config: PolicyTrainConfig) -> list[Path]:
+    """The run's complete loop checkpoints (`checkpoints/step-N`), oldest first."""
+    folder = checkpoint_dir(config.output_dir)
+    if not folder.is_dir():
+        return []
+    complete = [path for path in folder.glob("step-*") if (path / LOOP_STATE_FILE).is_file()]
+    return sorted(complete, key=lambda path: int(path.name.removeprefix("step-")))
+
+
+def save_loop_checkpoint(
+    accelerator: Accelerator, config: PolicyTrainConfig, step: int, state: dict[str, Any]
+) -> Path:
+    """Save everything `accelerator` prepared (models, optimisers, schedulers, RNG states) and `state` (JSON: the
+    loop's own counters and history) as `checkpoints/step-<step>`, written aside and renamed into place so a crash
+    mid-save leaves the previous checkpoint intact; the last two are kept."""
+    folder = checkpoint_dir(config.output_dir) / f"step-{step}"
+    staging = folder.with_name(folder.name + ".part")
+    if accelerator.is_main_process:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.parent.mkdir(parents=True, exist_ok=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(staging))
+    if accelerator.is_main_process:
+        (staging / LOOP_STATE_FILE).write_text(json.dumps({"step": step, **state}, default=float) + "\n")
+        shutil.rmtree(folder, ignore_errors=True)
+        staging.rename(folder)
+        for old in loop_checkpoints(config)[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return folder
+
+
+def resume_loop_checkpoint(
+    accelerator: Accelerator, config: PolicyTrainConfig
+) -> tuple[int, dict[str, Any], Path | None]:
+    """Load the newest loop checkpoint into what `accelerator` prepared (call after `prepare`): returns its step,
+    its `state` and its path, or `(0, {}, None)` when the run has none."""
+    checkpoints = loop_checkpoints(config)
+    if not checkpoints:
+        return 0, {}, None
+    latest = checkpoints[-1]
+    accelerator.load_state(str(latest))
+    state = json.loads((latest / LOOP_STATE_FILE).read_text())
+    return int(state.pop("step")), state, latest
+
+
+# --- the result ----------------------------------------------------------------------------------------------------
+
+
+def save_trained_policy(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    settings: dict[str, Any],
+    config: PolicyTrainConfig,
+    *,
+    kind: str,
+    metrics: dict[str, Any],
+    summary: dict[str, Any],
+) -> Path:
+    """Write the trained policy into `config.output_dir`: an ordinary Hugging Face directory (LoRA adapters merged)
+    with `tandem_policy.json` (the starting policy's history window and token budget) and the manifest, which is
+    written last, so its presence means the directory is complete."""
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    save_policy(
+        model,
+        tokenizer,
+        config.output_dir,
+        history_window=settings["history_window"],
+        max_new_tokens=settings["max_new_tokens"],
+    )
+    return write_manifest(
+        config.output_dir, kind=kind, config=config, metrics=metrics, summary=summary, base_model=config.policy_path
+    )
+
+
+def success_gain(metrics: dict[str, Any]) -> dict[str, float]:
+    """`final` minus `base` success, greedy and sampled, when both evaluations ran."""
+    base, final = metrics.get("base") or {}, metrics.get("final") or {}
+    return {
+        f"{mode}_gain": final[f"{mode}_success"] - base[f"{mode}_success"]
+        for mode in ("greedy", "sampled")
+        if f"{mode}_success" in base and f"{mode}_success" in final and math.isfinite(final[f"{mode}_success"])
+    }
+
+
+def trainer_time_limit(config: PolicyTrainConfig, started: float):
+    """A `transformers.TrainerCallback` that stops a TRL or HF `Trainer` after the optimiser step in which
+    `config.max_seconds` ran out (`out_of_time`), so `max_seconds` bounds TRL-based trainers as it bounds loops."""
+    from transformers import TrainerCallback
+
+    class TimeLimit(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if out_of_time(config, started):
+                control.should_training_stop = True
+
+    return TimeLimit()

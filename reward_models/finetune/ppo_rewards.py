@@ -1,0 +1,278 @@
+"""The reward side of PPO (`reward_models.finetune.ppo`): what each turn of a rollout earns, the value critic that
+PPO keeps training, and the advantages.
+
+Per-turn rewards. An episode of ``T`` turns gets ``r_0 .. r_{T-1}``:
+
+- ``reward_source="model"``: the reward model's score of the whole trajectory, read as the reward model was trained
+  on it (the `preference` export's conversational layout: the prompt is the instruction and the first observation,
+  the completion every decision and observation after it, ending at the last decision), normalised by the running
+  mean and standard deviation of the scores seen so far, on the last turn; plus, with a PRM, ``prm_weight * (P(good)
+  - 0.5)`` on every turn (the PRM reads the `stepwise` layout, one piece per step, as in training; the same shaping
+  `reward_models.value` uses for unrewarded trajectories).
+- ``reward_source="oracle"``: the environment's own per-step rewards (the gridworld: 1 on reaching the goal), the
+  upper bound that a perfect judge would give.
+- Either way, minus ``kl_beta`` times the turn's KL estimate to the reference policy, ``sum over its tokens of
+  log pi_old - log pi_ref`` (the k1 estimator on the sampled tokens).
+
+The value critic reads V(s_t), the value of the history *before* decision ``t``: GAE needs a state value, and a
+value read after the decision (as `reward_models.value` trains it, ``Q(h_t, a_t)``) would cancel the very advantage
+of the decision it has seen. It is the same kind of model as `reward_models.value`'s (a one-output token
+classification head, step settings in its ``config.json``) over the same text transcript, read at the token that
+ends ``...User: <observation t>\\nAssistant:``; a critic trained by `reward_models.value` starts from its weights and
+PPO's value loss retrains it at these positions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from reward_models.policy.turns import Message, elide_observations, text_steps, transcript
+from reward_models.rollout import episode_messages
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from reward_models.rollout import Episode
+
+REWARD_LAYOUTS = ("full", "decisions")
+
+
+# --- the judges' inputs -------------------------------------------------------------------------------------------
+
+
+def reward_model_inputs(episode: Episode, layout: str = "full") -> tuple[list[Message], list[Message]]:
+    """(prompt, completion) of the `preference` export for one episode, as `RewardModel.score` reads them."""
+    if layout not in REWARD_LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(REWARD_LAYOUTS)}, got {layout!r}")
+    messages = episode_messages(episode)
+    if layout == "decisions":
+        messages = elide_observations(messages)
+    return messages[:2], messages[2:]
+
+
+def critic_steps(messages: Sequence[Message]) -> tuple[str, list[str]]:
+    """The text prompt and one piece per step for reading V before each decision: piece ``t`` ends with
+    ``User: <observation t>\\nAssistant:``, so the prompt followed by pieces ``0..t`` is the transcript up to where
+    decision ``t`` starts (the form `text_steps` gives the judges, cut one decision earlier)."""
+    prompt = transcript(messages[:1])
+    pieces, previous = [], len(prompt)
+    for index in range(1, len(messages), 2):
+        text = transcript(messages[: index + 1]) + "\nAssistant:"
+        pieces.append(text[previous:])
+        previous = len(text)
+    return prompt, pieces
+
+
+# Stands in for a turn the policy left empty, so that the PRM still has a token to read the step at.
+EMPTY_DECISION = "action"
+
+
+def prm_steps(episode: Episode) -> tuple[str, list[str]]:
+    """The `stepwise` export's prompt and pieces for one episode, as the PRM reads them (an empty decision is
+    written as ``EMPTY_DECISION``; `JudgeRewards` scores such a step as bad whatever the PRM says)."""
+    messages = episode_messages(episode)
+    for message in messages[2::2]:
+        message["content"] = message["content"] or EMPTY_DECISION
+    return text_steps(messages)
+
+
+# --- rewards -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunningMoments:
+    """Running mean and variance (Chan et al.'s parallel update), to put reward-model scores on a stable scale
+    across iterations; kept in the loop checkpoint."""
+
+    count: float = 0.0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def update(self, values: Sequence[float]) -> None:
+        if not values:
+            return
+        n = len(values)
+        batch_mean = sum(values) / n
+        batch_m2 = sum((value - batch_mean) ** 2 for value in values)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.mean += delta * n / total
+        self.m2 += batch_m2 + delta**2 * self.count * n / total
+        self.count = total
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self.m2 / self.count) if self.count > 1 else 1.0
+
+    def normalise(self, value: float) -> float:
+        return (value - self.mean) / max(self.std, 1e-6)
+
+    def state(self) -> dict[str, float]:
+        return {"count": self.count, "mean": self.mean, "m2": self.m2}
+
+
+class JudgeRewards:
+    """The judge models' per-turn rewards for a batch of episodes (the ``model`` reward source)."""
+
+    def __init__(
+        self, reward_model_path: str, prm_path: str, *, prm_weight: float, layout: str, normalise: bool, device: Any
+    ) -> None:
+        from reward_models.prm import load_prm
+        from reward_models.reward import load_reward_model
+
+        self.reward_model = load_reward_model(reward_model_path, device=str(device))
+        self.prm = load_prm(prm_path, device=str(device)) if prm_path else None
+        self.prm_weight = prm_weight
+        self.layout = layout
+        self.normalise = normalise
+        self.moments = RunningMoments()
+
+    def __call__(self, episodes: Sequence[Episode]) -> tuple[list[list[float]], dict[str, float]]:
+        """Each episode's per-turn rewards (KL not included) and the raw figures to log."""
+        inputs = [reward_model_inputs(episode, self.layout) for episode in episodes]
+        scores, _ = self.reward_model.score([prompt for prompt, _ in inputs], [completion for _, completion in inputs])
+        self.moments.update(scores)
+        rewards = [[0.0] * episode.length for episode in episodes]
+        for turns, score in zip(rewards, scores, strict=True):
+            turns[-1] += self.moments.normalise(score) if self.normalise else score
+        figures = {"reward_model_score": sum(scores) / len(scores)}
+        if self.prm is not None:
+            step_scores = self.prm.batch_step_scores([prm_steps(episode) for episode in episodes])
+            for turns, good, episode in zip(rewards, step_scores, episodes, strict=True):
+                for index, step in enumerate(episode.steps):
+                    # A turn with no text did nothing; the PRM never saw one in training.
+                    good[index] = good[index] if step.text.strip() else 0.0
+                    turns[index] += self.prm_weight * (good[index] - 0.5)
+            flat = [probability for good in step_scores for probability in good]
+            figures["prm_good_share"] = sum(probability >= 0.5 for probability in flat) / len(flat)
+        return rewards, figures
+
+
+def oracle_rewards(episodes: Sequence[Episode]) -> list[list[float]]:
+    """The environment's own per-step rewards."""
+    return [[step.reward for step in episode.steps] for episode in episodes]
+
+
+# --- advantages ----------------------------------------------------------------------------------------------------
+
+
+def gae(
+    rewards: Sequence[float], values: Sequence[float], gamma: float, lam: float, last_value: float = 0.0
+) -> tuple[list[float], list[float]]:
+    """Generalised advantage estimation over one episode's turns: ``delta_t = r_t + gamma V_{t+1} - V_t`` and
+    ``A_t = delta_t + gamma lam A_{t+1}``, with ``V_T = last_value`` (0 when the environment ended the episode).
+    Returns (advantages, returns), returns being ``A_t + V_t``, the critic's targets."""
+    if len(rewards) != len(values):
+        raise ValueError(f"{len(rewards)} rewards but {len(values)} values")
+    advantages = [0.0] * len(rewards)
+    following_value, following_advantage = last_value, 0.0
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * following_value - values[t]
+        following_advantage = delta + gamma * lam * following_advantage
+        advantages[t] = following_advantage
+        following_value = values[t]
+    return advantages, [advantage + value for advantage, value in zip(advantages, values, strict=True)]
+
+
+def whiten(values: Sequence[float]) -> list[float]:
+    """Zero mean and unit standard deviation (left centred when the spread is nil)."""
+    n = len(values)
+    mean = sum(values) / n
+    std = math.sqrt(sum((value - mean) ** 2 for value in values) / n)
+    return [(value - mean) / (std + 1e-8) for value in values]
+
+
+# --- the value critic ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CriticWindow:
+    episode: int  # index of the episode in the batch
+    input_ids: list[int]
+    positions: list[int]  # where each of `steps` is read in input_ids
+    steps: list[int]
+
+
+def load_critic(path: str, step_max_length: int, field_name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A trainable value critic: the one in `path` when it is a per-step head (a `reward_models.value` run),
+    otherwise the causal LM in `path` (the policy) with a fresh one-output head, reading the step's last token."""
+    from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
+
+    from reward_models.common import ConfigError
+    from reward_models.steps import prepare_tokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+    except OSError as exc:
+        raise ConfigError(field_name, f"{path} is not a model directory ({exc})") from None
+    is_head = hasattr(config, "step_max_length")
+    if is_head and config.num_labels != 1:
+        raise ConfigError(field_name, f"{path} has {config.num_labels} outputs; a value critic has one")
+    model = AutoModelForTokenClassification.from_pretrained(
+        path, local_files_only=True, num_labels=1, id2label={0: "value"}, label2id={"value": 0}
+    )
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path, local_files_only=True))
+    if not is_head:
+        model.config.step_separator = ""
+        model.config.step_max_length = step_max_length
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.config.use_cache = False
+    return model, tokenizer
+
+
+def critic_windows(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trajectories: Sequence[tuple[str, Sequence[str]]]
+) -> list[CriticWindow]:
+    """Every trajectory's step windows (`reward_models.steps.step_windows`, with the critic's own settings)."""
+    from reward_models.steps import step_windows
+
+    separator, max_length = model.config.step_separator, model.config.step_max_length
+    return [
+        CriticWindow(index, window.input_ids, window.positions, window.steps)
+        for index, (prompt, pieces) in enumerate(trajectories)
+        for window in step_windows(tokenizer, prompt, pieces, separator, max_length)
+    ]
+
+
+def critic_forward(model: PreTrainedModel, windows: Sequence[CriticWindow], pad_token_id: int) -> torch.Tensor:
+    """The critic's values at every read position of `windows`, in order (window by window), with gradients."""
+    import torch
+
+    device = next(model.parameters()).device
+    width = max(len(window.input_ids) for window in windows)
+    input_ids = torch.full((len(windows), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(windows), width), dtype=torch.long)
+    for row, window in enumerate(windows):
+        input_ids[row, : len(window.input_ids)] = torch.tensor(window.input_ids)
+        attention_mask[row, : len(window.input_ids)] = 1
+    values = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits[..., 0].float()
+    rows = torch.tensor([row for row, window in enumerate(windows) for _ in window.positions], device=device)
+    columns = torch.tensor([position for window in windows for position in window.positions], device=device)
+    return values[rows, columns]
+
+
+def critic_values(
+    model: PreTrainedModel,
+    windows: Sequence[CriticWindow],
+    lengths: Sequence[int],
+    pad_token_id: int,
+    batch_size: int,
+) -> list[list[float]]:
+    """V before each step of every episode (``lengths[i]`` steps for episode ``i``), without gradients."""
+    import torch
+
+    values = [[0.0] * length for length in lengths]
+    with torch.no_grad():
+        for first in range(0, len(windows), batch_size):
+            chunk = windows[first : first + batch_size]
+            read = critic_forward(model, chunk, pad_token_id).tolist()
+            cursor = 0
+            for window in chunk:
+                for step in window.steps:
+                    values[window.episode][step] = read[cursor]
+                    cursor += 1
+    return values

@@ -1,0 +1,480 @@
+"""A pairwise preference model P(a > b) over whole trajectories, learned from comparisons (the `preference` export),
+for the Nash-style policy trainers (`reward_models.finetune.nash`).
+
+The model is a general preference model in the skew-symmetric form of Zhang et al. 2024 ("Beyond Bradley-Terry:
+general preference modeling with preference representations"): a sequence-classification backbone reads each
+trajectory once and gives it a score ``u`` and an embedding ``z`` of ``2 * skew_dims`` numbers, and
+
+    s(a, b) = u_a - u_b + sum_k (z_a[2k] z_b[2k+1] - z_a[2k+1] z_b[2k]),    P(a > b) = sigmoid(s(a, b)).
+
+``s(b, a) = -s(a, b)`` exactly, so the model is symmetrised by construction: training on (chosen, rejected) with
+target 1 is training on (rejected, chosen) with target 0, and P(a > b) + P(b > a) = 1 needs no averaging. The skew
+part can express intransitive preferences (a > b > c > a), which no reward model can; with ``skew_dims=0`` the model
+is Bradley-Terry. Each trajectory is encoded once, so the k x k win matrix SPO needs costs k encodings, not k^2
+joint ones. Ties train toward P = 1/2 (``ties="tie_loss"``) or are dropped.
+
+`load_preference_model(path)` loads either this model or a Bradley-Terry reward model directory that
+`reward_models.reward` wrote (its `preference_probabilities`), behind one interface: ``.probability(pairs)`` for
+``(prompt, a, b)`` triples and ``.win_matrix(prompt, completions)`` for the samples of one task.
+
+``layout="decisions"`` shows the model only the first and the last observation of a trajectory and every decision
+(the observations between are emptied, turns kept); a long gridworld trajectory then takes ~250 tokens instead of
+~1,000. It suits environments whose decisions restate what matters (the gridworld's reasoning gives the offset to
+the goal); ``full`` is right for any environment. The loader applies the layout the model was trained with.
+
+Defaults suit the tiny gridworld base on a CPU. For a 0.5-8B model on a GPU::
+
+    python -m reward_models.finetune.preference_model --data_path preference.jsonl \\
+        --base_model Qwen/Qwen2.5-0.5B-Instruct --output_dir var/models/pm --precision bf16 \\
+        --learning_rate 1e-5 --batch_size 4 --max_length 4096 --num_epochs 1   # 7-8B: --use_lora true
+
+Measured on the gridworld (2-layer width-64 Llama, ``decisions`` layout, 3 epochs, lr 1e-3, 3,539 training pairs from
+a B-Pref teacher with beta 50 and 10 % mistakes), held-out accuracy against the oracle on the 200 evaluation tasks:
+this model (skew_dims 2) 0.841 on 1,030 pairs of the bootstrapped policy's own rollouts and 0.969 on 973 scripted
+pairs; the Bradley-Terry reward model (`reward_models.reward`) on the same rows 0.831 and 0.962 (log-loss 0.332 vs
+0.343 and 0.194 vs 0.223). Both are near chance on pairs where both episodes failed (0.51 vs 0.47 on-policy). One
+seed: the gap is within noise, so this model is the default because it is at least as accurate, not better.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reward_models.common import (
+    ConfigError,
+    JudgeConfig,
+    Reporter,
+    SilentReporter,
+    checkpoint_dir,
+    cli,
+    finished_summary,
+    read_manifest,
+    read_rows,
+    require,
+    resolve_precision,
+    split_by_task,
+    write_manifest,
+)
+from reward_models.policy.turns import elide_observations
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+KIND = "preference_model"
+LAYOUTS = ("full", "decisions")
+TIE_MODES = ("drop", "tie_loss")
+
+Conversation = str | Sequence[Mapping[str, str]]
+Pair = tuple[Conversation, Conversation, Conversation]  # (prompt, a, b)
+
+
+@dataclass
+class PreferenceModelConfig(JudgeConfig):
+    output_dir: str = field(default="var/models/preference", metadata={"help": "Where checkpoints and the model go."})
+    learning_rate: float = field(default=1e-3, metadata={"help": "Peak learning rate."})
+    batch_size: int = field(default=16, metadata={"help": "Pairs per optimiser step."})
+    skew_dims: int = field(
+        default=2,
+        metadata={"help": "Pairs of skew-symmetric embedding dimensions (0: Bradley-Terry, transitive only)."},
+    )
+    layout: str = field(
+        default="full",
+        metadata={"help": "full, or decisions: the first and last observation and every decision only."},
+    )
+    ties: str = field(default="tie_loss", metadata={"help": "Tie rows: drop them, or tie_loss (train toward 1/2)."})
+    warmup_steps: int = field(default=10, metadata={"help": "Linear warm-up steps, then linear decay to 0."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.skew_dims >= 0, "skew_dims", "must be 0 or positive")
+        require(self.layout in LAYOUTS, "layout", f"must be one of {', '.join(LAYOUTS)}, not {self.layout!r}")
+        require(self.ties in TIE_MODES, "ties", f"must be one of {', '.join(TIE_MODES)}, not {self.ties!r}")
+        require(self.warmup_steps >= 0, "warmup_steps", "must be 0 or positive")
+
+
+# --- the pairwise score ------------------------------------------------------------------------------------------
+
+
+def pair_scores(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """s(a, b) for rows of head outputs ``[u, z_0, z_1, ...]`` (shape (..., 1 + 2k)); antisymmetric in its
+    arguments, so sigmoid of it is P(a > b) with P(a > b) + P(b > a) = 1."""
+    score = first[..., 0] - second[..., 0]
+    if first.shape[-1] > 1:
+        za, zb = first[..., 1:], second[..., 1:]
+        score = score + (za[..., 0::2] * zb[..., 1::2] - za[..., 1::2] * zb[..., 0::2]).sum(-1)
+    return score
+
+
+def apply_layout(prompt: Conversation, completion: Conversation, layout: str) -> tuple[Conversation, Conversation]:
+    """(prompt, completion) as a model of `layout` reads them; text rows are left as they are."""
+    if layout == "full" or isinstance(prompt, str) or isinstance(completion, str):
+        return prompt, completion
+    whole = elide_observations([*prompt, *completion])
+    return whole[: len(prompt)], whole[len(prompt) :]
+
+
+# --- the loader --------------------------------------------------------------------------------------------------
+
+
+class PreferenceModel:
+    """P(a > b) between completions of the same prompt.
+
+    >>> model = load_preference_model("var/models/preference")  # doctest: +SKIP
+    >>> model.probability([(prompt, trajectory_a, trajectory_b)])  # doctest: +SKIP
+    [0.93]
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        layout: str = "full",
+        max_length: int = 1024,
+        batch_size: int = 16,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.layout = layout
+        self.max_length = max_length
+        self.batch_size = batch_size
+
+    def encode(self, prompt: Conversation, completion: Conversation) -> list[int]:
+        from reward_models.reward import encode, fit_length
+
+        prompt, completion = apply_layout(prompt, completion, self.layout)
+        return fit_length(encode(self.tokenizer, prompt, completion), self.max_length)
+
+    def heads(self, prompts: Sequence[Conversation], completions: Sequence[Conversation]) -> torch.Tensor:
+        """(N, 1 + 2k) head outputs, one row per completion (no gradient)."""
+        import torch
+
+        sequences = [self.encode(p, c) for p, c in zip(prompts, completions, strict=True)]
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad():
+            out = _forward_heads(self.model, sequences, self.batch_size)
+        self.model.train(was_training)
+        return out
+
+    def probability(self, pairs: Sequence[Pair]) -> list[float]:
+        """P(a > b) for each ``(prompt, a, b)``; each distinct completion is encoded once."""
+        if not pairs:
+            return []
+        index: dict[str, int] = {}
+        prompts, completions = [], []
+        keys = []
+        for prompt, a, b in pairs:
+            row = []
+            for completion in (a, b):
+                key = repr((prompt, completion))
+                if key not in index:
+                    index[key] = len(prompts)
+                    prompts.append(prompt)
+                    completions.append(completion)
+                row.append(index[key])
+            keys.append(row)
+        heads = self.heads(prompts, completions)
+        first = heads[[a for a, _ in keys]]
+        second = heads[[b for _, b in keys]]
+        return pair_scores(first, second).sigmoid().tolist()
+
+    def win_matrix(self, prompt: Conversation, completions: Sequence[Conversation]) -> list[list[float]]:
+        """``[i][j]`` = P(completion i > completion j) for the completions of one prompt (1/2 on the diagonal)."""
+        heads = self.heads([prompt] * len(completions), completions)
+        return pair_scores(heads[:, None, :], heads[None, :, :]).sigmoid().tolist()
+
+
+class RewardModelPreference:
+    """A Bradley-Terry reward model (`reward_models.reward`) behind the preference-model interface."""
+
+    def __init__(self, reward_model: Any, layout: str = "full") -> None:
+        self.reward_model = reward_model
+        self.layout = layout
+
+    def probability(self, pairs: Sequence[Pair]) -> list[float]:
+        if not pairs:
+            return []
+        laid = [(apply_layout(p, a, self.layout), apply_layout(p, b, self.layout)) for p, a, b in pairs]
+        probabilities, _ = self.reward_model.preference_probabilities(
+            [pa[0] for pa, _ in laid], [pa[1] for pa, _ in laid], [pb[1] for _, pb in laid]
+        )
+        return probabilities
+
+    def win_matrix(self, prompt: Conversation, completions: Sequence[Conversation]) -> list[list[float]]:
+        laid = [apply_layout(prompt, completion, self.layout) for completion in completions]
+        scores, _ = self.reward_model.score([p for p, _ in laid], [c for _, c in laid])
+        return [[_sigmoid(a - b) for b in scores] for a in scores]
+
+
+def load_preference_model(
+    path: str | Path, device: str | None = None, *, layout: str | None = None
+) -> PreferenceModel | RewardModelPreference:
+    """The preference model in `path`: one this module trained, or a Bradley-Terry reward model directory (P(a > b)
+    = sigmoid(r_a - r_b)). `layout` overrides the stored one (a reward model stores none: default ``full``)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    path = Path(path)
+    try:
+        manifest = read_manifest(path)
+    except FileNotFoundError as exc:
+        raise ConfigError("preference_model_path", str(exc)) from None
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if manifest.get("kind") == "reward_model":
+        from reward_models.reward import load_reward_model
+
+        return RewardModelPreference(load_reward_model(path, device), layout or "full")
+    if manifest.get("kind") != KIND:
+        raise ConfigError(
+            "preference_model_path", f"{path} holds a {manifest.get('kind')!r}, not a preference or reward model"
+        )
+    from reward_models.reward import load_tokenizer
+
+    config = manifest["config"]
+    model = AutoModelForSequenceClassification.from_pretrained(str(path / "model")).to(device).eval()
+    return PreferenceModel(
+        model,
+        load_tokenizer(path / "model"),
+        layout=layout or config["layout"],
+        max_length=config["max_length"],
+        batch_size=config["batch_size"],
+    )
+
+
+# --- training ----------------------------------------------------------------------------------------------------
+
+
+def _forward_heads(model: PreTrainedModel, sequences: Sequence[list[int]], batch_size: int) -> torch.Tensor:
+    """Head outputs for token sequences, right-padded in length-sorted batches (the head reads the last token that
+    is not padding); with gradient when the caller has it on."""
+    import torch
+
+    device = next(model.parameters()).device
+    pad = model.config.get_text_config().pad_token_id
+    order = sorted(range(len(sequences)), key=lambda index: len(sequences[index]))
+    pieces, placed = [], []
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        width = max(len(sequences[index]) for index in batch)
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, index in enumerate(batch):
+            input_ids[row, : len(sequences[index])] = torch.tensor(sequences[index])
+            attention_mask[row, : len(sequences[index])] = 1
+        logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False)
+        pieces.append(logits.logits.float())
+        placed += batch
+    out = torch.cat(pieces)
+    inverse = torch.empty(len(placed), dtype=torch.long)
+    inverse[torch.tensor(placed)] = torch.arange(len(placed))
+    return out[inverse.to(out.device)]
+
+
+def pair_loss(chosen: torch.Tensor, rejected: torch.Tensor, tie: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of sigmoid(s(chosen, rejected)) against 1, or against 1/2 for tie rows."""
+    import torch.nn.functional as F
+
+    score = pair_scores(chosen, rejected)
+    target = 1.0 - 0.5 * tie.float()
+    return F.binary_cross_entropy_with_logits(score, target.to(score.dtype))
+
+
+def _check_rows(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        raise ConfigError("data_path", "holds no rows")
+    for number, row in enumerate(rows, start=1):
+        for column in ("prompt", "chosen", "rejected"):
+            if not row.get(column):
+                raise ConfigError(
+                    "data_path", f"row {number} has no {column!r} (a preference export has prompt, chosen, rejected)"
+                )
+        if len({isinstance(row[column], str) for column in ("prompt", "chosen", "rejected")}) > 1:
+            raise ConfigError("data_path", f"row {number} mixes text and message lists")
+
+
+def evaluate(model: PreferenceModel | RewardModelPreference, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Held-out accuracy and log-loss of P(chosen > rejected) on non-tie rows, overall and by ``pair_type``; tie
+    rows apart as their mean |P - 1/2|."""
+    from reward_models.reward import expected_calibration_error
+
+    probabilities = model.probability([(row["prompt"], row["chosen"], row["rejected"]) for row in rows])
+    strict = [index for index, row in enumerate(rows) if not row.get("tie")]
+    ties = [index for index, row in enumerate(rows) if row.get("tie")]
+
+    def figures(indices: Sequence[int]) -> dict[str, Any]:
+        chosen = [probabilities[i] for i in indices]
+        if not chosen:
+            return {"pairs": 0}
+        return {
+            "pairs": len(chosen),
+            "accuracy": _mean([1.0 if p > 0.5 else 0.0 if p < 0.5 else 0.5 for p in chosen]),
+            "log_loss": _mean([-math.log(max(p, 1e-12)) for p in chosen]),
+            "ece": expected_calibration_error(chosen),
+        }
+
+    metrics = figures(strict)
+    by_type: dict[str, list[int]] = {}
+    for index in strict:
+        if rows[index].get("pair_type"):
+            by_type.setdefault(str(rows[index]["pair_type"]), []).append(index)
+    if by_type:
+        metrics["by_pair_type"] = {name: figures(indices) for name, indices in sorted(by_type.items())}
+    metrics["tie_pairs"] = len(ties)
+    if ties:
+        metrics["tie_mean_abs_gap"] = _mean([abs(probabilities[i] - 0.5) for i in ties])
+    return metrics
+
+
+def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dict[str, Any]:
+    """Train the preference model on `config.data_path`, evaluate it on held-out tasks and write
+    `config.output_dir`; returns the summary (also kept in the manifest)."""
+    import torch
+    from accelerate import Accelerator
+    from transformers import AutoModelForSequenceClassification
+
+    from reward_models.finetune.common import resume_loop_checkpoint, save_loop_checkpoint
+    from reward_models.reward import encode, fit_length, load_tokenizer
+
+    reporter = reporter or SilentReporter()
+    finished = finished_summary(config, KIND)
+    if finished is not None:
+        reporter.log(f"{config.output_dir} already holds this preference model; not training again")
+        return finished
+    precision = resolve_precision(config.precision)
+    rows = read_rows(config.data_path)
+    _check_rows(rows)
+    train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
+    dropped_ties = 0
+    if config.ties == "drop":
+        dropped_ties = sum(bool(row.get("tie")) for row in train_rows)
+        train_rows = [row for row in train_rows if not row.get("tie")]
+    if not train_rows:
+        raise ConfigError("data_path", "leaves no comparisons to train on after the held-out split and dropped ties")
+
+    tokenizer = load_tokenizer(config.base_model)
+
+    def encoded(row: Mapping[str, Any], side: str) -> list[int]:
+        prompt, completion = apply_layout(row["prompt"], row[side], config.layout)
+        return fit_length(encode(tokenizer, prompt, completion), config.max_length)
+
+    chosen_ids = [encoded(row, "chosen") for row in train_rows]
+    rejected_ids = [encoded(row, "rejected") for row in train_rows]
+    tie_flags = [bool(row.get("tie")) for row in train_rows]
+    reporter.log(
+        f"{len(train_rows)} training pairs ({dropped_ties} ties dropped), {len(eval_rows)} held out; "
+        f"layout {config.layout}, skew_dims {config.skew_dims}, precision {precision}"
+    )
+
+    accelerator = Accelerator(
+        mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision], cpu=not torch.cuda.is_available()
+    )
+    torch.manual_seed(config.seed)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        config.base_model, num_labels=1 + 2 * config.skew_dims, local_files_only=True
+    )
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    if config.use_lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(task_type="SEQ_CLS", r=config.lora_r, lora_alpha=2 * config.lora_r))
+    steps_per_epoch = math.ceil(len(train_rows) / config.batch_size)
+    total = config.max_steps if config.max_steps > 0 else max(1, math.ceil(config.num_epochs * steps_per_epoch))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup_linear(config.warmup_steps, total))
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    start, state, resumed = resume_loop_checkpoint(accelerator, config)
+    if resumed is not None:
+        reporter.log(f"resuming from {resumed} (step {start})")
+    losses: list[float] = state.get("losses", [])
+    seconds = float(state.get("train_seconds", 0.0))
+
+    model.train()
+    began = time.perf_counter()
+    for step in range(start, total):
+        epoch, offset = divmod(step * config.batch_size, len(train_rows))
+        order = list(range(len(train_rows)))
+        random.Random(config.seed * 1_000_003 + epoch).shuffle(order)
+        batch = [order[(offset + i) % len(order)] for i in range(min(config.batch_size, len(order)))]
+        with accelerator.autocast():
+            heads = _forward_heads(
+                model, [chosen_ids[i] for i in batch] + [rejected_ids[i] for i in batch], config.batch_size * 2
+            )
+            loss = pair_loss(heads[: len(batch)], heads[len(batch) :], torch.tensor([tie_flags[i] for i in batch]))
+        accelerator.backward(loss)
+        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if (step + 1) % config.logging_steps == 0:
+            window = losses[-config.logging_steps :]
+            reporter.metric(step + 1, loss=_mean(window), learning_rate=scheduler.get_last_lr()[0])
+        if (step + 1) % config.save_steps == 0 and step + 1 < total:
+            elapsed = seconds + time.perf_counter() - began
+            save_loop_checkpoint(accelerator, config, step + 1, {"losses": losses, "train_seconds": elapsed})
+        reporter.progress(step + 1, total)  # after the checkpoint: a cancel raised here keeps this step
+    seconds += time.perf_counter() - began
+
+    trained = accelerator.unwrap_model(model)
+    if hasattr(trained, "merge_and_unload"):
+        trained = trained.merge_and_unload()
+    loaded = PreferenceModel(
+        trained, tokenizer, layout=config.layout, max_length=config.max_length, batch_size=config.batch_size
+    )
+    metrics = evaluate(loaded, eval_rows) if eval_rows else {}
+    summary = {
+        "metrics": metrics,
+        "train_samples": len(train_rows),
+        "eval_samples": len(eval_rows),
+        "dropped_ties": dropped_ties,
+        "labels_used": len(train_rows),
+        "steps": total,
+        "initial_loss": _mean(losses[: min(10, len(losses))]) if losses else None,
+        "final_loss": _mean(losses[-min(10, len(losses)) :]) if losses else None,
+        "train_seconds": seconds,
+        "output_dir": str(config.output_dir),
+        "resumed_from": str(resumed) if resumed else None,
+    }
+    if accelerator.is_main_process:
+        model_dir = Path(config.output_dir) / "model"
+        trained.save_pretrained(str(model_dir))
+        tokenizer.save_pretrained(str(model_dir))
+        write_manifest(config.output_dir, kind=KIND, config=config, metrics=metrics, summary=summary)
+        shutil.rmtree(checkpoint_dir(config.output_dir), ignore_errors=True)
+    if metrics:
+        reporter.log(
+            f"held out: accuracy {metrics.get('accuracy', math.nan):.3f}, "
+            f"log-loss {metrics.get('log_loss', math.nan):.3f}"
+        )
+    return summary
+
+
+def _warmup_linear(warmup: int, total: int):
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+if __name__ == "__main__":
+    cli(PreferenceModelConfig, main, __doc__)

@@ -1,0 +1,239 @@
+"""Supervised fine-tuning (SFT) of a policy on what people wrote: interventions, takeovers and demonstrations.
+
+The data is the `sft` export: ``messages`` (a trajectory conversation), ``source`` (intervention, takeover or
+demonstration) and ``step_index`` (where the person took over; none for a demonstration). Every assistant turn from
+``step_index`` on is one training example, with its own prompt: the prompt the policy sees before that turn
+(`common.turn_encodings`: the instruction, the history its window shows, the observation), and the person's decision
+as the completion, closed by end-of-sequence. Turns before ``step_index`` are the policy's own steps that the person
+let stand, and are context only. The examples reach TRL's `SFTTrainer` already tokenized with their labels, so the
+loss is on the assistant tokens only: the observations are prompt tokens (label -100) and get no loss.
+
+On intervention corrections this is behaviour cloning of the corrections on the policy's own states (DAgger-style);
+it is the baseline the preference methods (`dpo`, `kto`) are measured against. Measured on the bootstrapped gridworld
+policy (47 % greedy, 52 % sampled success on the 200 held-out tasks) with 859 oracle corrections on its own rollouts
+of training tasks: 46.5 % greedy and 62.5 % sampled with the defaults (47.5 % and 61 % at learning rate 3e-4); DPO
+with an SFT term on the same corrections (`dpo`'s defaults) reaches 51 % and 67.5 %.
+
+Defaults suit the tiny gridworld policy on 2 CPU cores. For a 0.5-8B model on a GPU::
+
+    python -m reward_models.finetune.sft --policy_path var/policies/qwen --data_path sft.jsonl \\
+        --output_dir var/policies/sft --use_lora true --lora_r 16 --learning_rate 2e-5 --batch_size 8 \\
+        --precision bf16 --gradient_checkpointing true
+
+Example::
+
+    from reward_models.finetune.sft import SFTConfig, main
+
+    config = SFTConfig(policy_path="var/policies/bootstrap", data_path="sft.jsonl", output_dir="var/policies/sft")
+    summary = main(config)
+    summary["metrics"]["final"]["greedy_success"]
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from reward_models.common import (
+    ConfigError,
+    Reporter,
+    SilentReporter,
+    checkpoint_dir,
+    cli,
+    finished_summary,
+    last_checkpoint,
+    read_rows,
+    require,
+    resolve_precision,
+    seed_everything,
+    trainer_callback,
+    trainer_precision_args,
+)
+from reward_models.finetune.common import (
+    PolicyTrainConfig,
+    conversation_turns,
+    evaluate_policy,
+    load_policy_model,
+    save_trained_policy,
+    success_gain,
+    trainer_time_limit,
+    turn_encodings,
+)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+KIND = "sft_policy"
+SOURCES = ("intervention", "takeover", "demonstration")
+
+
+@dataclass
+class SFTConfig(PolicyTrainConfig):
+    output_dir: str = field(default="var/policies/sft", metadata={"help": "Where checkpoints and the policy go."})
+    learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate (linear decay)."})
+    num_epochs: float = field(default=2.0, metadata={"help": "At most this many passes over the examples."})
+    max_steps: int = field(default=200, metadata={"help": "At most this many optimiser steps."})
+    batch_size: int = field(default=16, metadata={"help": "Turns per optimiser step."})
+    sources: list[str] = field(
+        default_factory=lambda: list(SOURCES), metadata={"help": "Which rows to imitate, by source (comma-separated)."}
+    )
+    max_length: int = field(
+        default=1024, metadata={"help": "Longest turn in tokens; longer prompts lose their oldest history first."}
+    )
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Recompute activations in the backward pass (saves memory on large models)."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(bool(self.data_path), "data_path", "is required")
+        require(self.num_epochs > 0, "num_epochs", "must be positive")
+        require(self.max_length > 1, "max_length", "must be at least 2")
+        require(bool(self.sources), "sources", "must name at least one source")
+        unknown = sorted(set(self.sources) - set(SOURCES))
+        require(not unknown, "sources", f"unknown {', '.join(unknown)}; the sources are {', '.join(SOURCES)}")
+
+
+def sft_examples(
+    rows: Sequence[dict[str, Any]],
+    tokenizer: PreTrainedTokenizerBase,
+    history_window: int | None,
+    sources: Sequence[str],
+    max_length: int,
+) -> tuple[list[dict[str, list[int]]], Counter[str]]:
+    """One pre-tokenized example per imitated turn (``input_ids``, and ``labels`` with -100 on the prompt), and how
+    many rows of each source they came from. A row that is not a conversation is a `ConfigError` on ``data_path``
+    naming it."""
+    examples: list[dict[str, list[int]]] = []
+    used: Counter[str] = Counter()
+    for number, row in enumerate(rows, start=1):
+        source = row.get("source") or "demonstration"
+        if source not in sources:
+            continue
+        messages = row.get("messages")
+        if not isinstance(messages, list) or not all(isinstance(message, dict) for message in messages):
+            raise ConfigError("data_path", f"row {number}: 'messages' must be a list of messages")
+        try:
+            instruction, turns = conversation_turns(messages)
+        except ValueError as exc:
+            raise ConfigError("data_path", f"row {number}: {exc}") from None
+        start = row.get("step_index") or 0
+        if start >= len(turns):
+            continue
+        used[source] += 1
+        for encoding in turn_encodings(tokenizer, instruction, turns, history_window, start):
+            completion = encoding.completion_ids[:max_length]
+            prompt = encoding.prompt_ids[len(encoding.prompt_ids) - max(max_length - len(completion), 1) :]
+            examples.append({"input_ids": prompt + completion, "labels": [-100] * len(prompt) + completion})
+    return examples, used
+
+
+def main(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
+    """Imitate the rows of `config.data_path`, evaluate against the starting policy on the held-out tasks and write
+    `config.output_dir`; returns the summary (also kept in the manifest)."""
+    reporter = reporter or SilentReporter()
+    finished = finished_summary(config, KIND)
+    if finished is not None:
+        reporter.log(f"{config.output_dir} already holds this policy; not training again")
+        return finished
+    seed_everything(config.seed)
+    rows = read_rows(config.data_path)
+    loaded = load_policy_model(config.policy_path, config.precision)
+    tokenizer, settings = loaded.tokenizer, loaded.settings
+    examples, used = sft_examples(rows, tokenizer, settings["history_window"], config.sources, config.max_length)
+    if not examples:
+        raise ConfigError("data_path", f"no turns to imitate among its {len(rows)} rows (sources: {config.sources})")
+    steps = min(config.max_steps, math.ceil(config.num_epochs * len(examples) / config.batch_size))
+    reporter.log(f"{len(examples)} turns from {sum(used.values())} rows ({dict(used)}), {steps} steps")
+
+    base = evaluate_policy(loaded.model, tokenizer, settings, config, seed=config.seed)
+    started = time.monotonic()
+    trainer = sft_trainer(
+        config,
+        loaded.model,
+        tokenizer,
+        examples,
+        steps,
+        [trainer_callback(reporter), trainer_time_limit(config, started)],
+    )
+    resume = last_checkpoint(config.output_dir)
+    if resume:
+        reporter.log(f"resuming from {resume}")
+    trainer.train(resume_from_checkpoint=resume)
+    train_seconds = time.monotonic() - started
+
+    history = [entry for entry in trainer.state.log_history if "loss" in entry]
+    training: dict[str, Any] = {"steps": trainer.state.global_step}
+    if history:
+        training["first_loss"], training["last_loss"] = history[0]["loss"], history[-1]["loss"]
+    model = trainer.model
+    tokenizer.padding_side = "left"
+    metrics: dict[str, Any] = {"base": base, "training": training}
+    metrics["final"] = evaluate_policy(model, tokenizer, settings, config, seed=config.seed)
+    metrics.update(success_gain(metrics))
+    summary = {
+        "metrics": metrics,
+        "labels_used": sum(used.values()),
+        "turns": len(examples),
+        "sources": dict(used),
+        "steps": trainer.state.global_step,
+        "train_seconds": train_seconds,
+        "output_dir": str(config.output_dir),
+        "resumed_from": resume,
+    }
+    save_trained_policy(model, tokenizer, settings, config, kind=KIND, metrics=metrics, summary=summary)
+    shutil.rmtree(checkpoint_dir(config.output_dir), ignore_errors=True)
+    return summary
+
+
+def sft_trainer(
+    config: SFTConfig, model: Any, tokenizer: Any, examples: list[dict[str, list[int]]], steps: int, callbacks=()
+):
+    """TRL's `SFTTrainer` set up for `steps` steps on the pre-tokenized `examples`, with `callbacks`."""
+    from datasets import Dataset
+    from transformers import PrinterCallback
+    from trl import SFTConfig as TRLSFTConfig
+    from trl import SFTTrainer
+
+    peft_config = None
+    if config.use_lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(task_type="CAUSAL_LM", r=config.lora_r, lora_alpha=2 * config.lora_r)
+    args = TRLSFTConfig(
+        output_dir=str(checkpoint_dir(config.output_dir)),
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="linear",
+        warmup_steps=math.ceil(0.1 * steps),
+        max_steps=steps,
+        per_device_train_batch_size=config.batch_size,
+        max_length=None,  # prompts were cut from the left above
+        activation_checkpointing=config.gradient_checkpointing,
+        save_steps=config.save_steps,
+        save_total_limit=2,
+        logging_steps=config.logging_steps,
+        report_to="none",
+        disable_tqdm=True,
+        seed=config.seed,
+        dataloader_num_workers=0,
+        **trainer_precision_args(resolve_precision(config.precision)),
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(examples),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=list(callbacks),
+    )
+    trainer.remove_callback(PrinterCallback)  # the reporter reports; stdout is for the summary
+    return trainer
+
+
+if __name__ == "__main__":
+    cli(SFTConfig, main, __doc__)

@@ -1,0 +1,199 @@
+"""The shared pieces of the policy trainers: config checks, per-turn encodings, the observation mask, log-probs that
+match what generation produced, evaluation, and accelerate checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from reward_models.common import ConfigError, config_from_dict
+from reward_models.envs.gridworld import GridWorld
+from reward_models.finetune.common import (
+    PolicyTrainConfig,
+    completion_logprobs,
+    conversation_turns,
+    episode_encodings,
+    evaluate_policy,
+    load_policy_model,
+    make_accelerator,
+    pad_turns,
+    resume_loop_checkpoint,
+    save_loop_checkpoint,
+    token_logprobs,
+    train_seeds_tasks,
+    turn_encodings,
+)
+from reward_models.policy.local import LocalCausalLMPolicy
+from reward_models.policy.turns import Turn, TurnEncoding, encode_turn, turn_messages
+from reward_models.rollout import Episode, Step, rollout
+
+CONVERSATION = [
+    {"role": "system", "content": "reach the goal G"},
+    {"role": "user", "content": ". A | G ."},
+    {"role": "assistant", "content": "goal is down 1 left 1 ; action down"},
+    {"role": "user", "content": ". . | G A"},
+    {"role": "assistant", "content": "goal is down 0 left 1 ; action left"},
+    {"role": "user", "content": ". . | A ."},
+]
+
+
+def test_conversation_turns_pairs_observations_with_decisions_and_drops_the_last_observation():
+    instruction, turns = conversation_turns(CONVERSATION)
+    assert instruction == "reach the goal G"
+    assert turns == [
+        Turn(". A | G .", "goal is down 1 left 1 ; action down"),
+        Turn(". . | G A", "goal is down 0 left 1 ; action left"),
+    ]
+
+
+def test_conversation_turns_rejects_a_conversation_out_of_order():
+    with pytest.raises(ValueError, match="messages 1 and 2 must be user then assistant"):
+        conversation_turns([CONVERSATION[0], CONVERSATION[2], CONVERSATION[1]])
+    with pytest.raises(ValueError, match="system message"):
+        conversation_turns(CONVERSATION[1:])
+
+
+def test_turn_encodings_prompt_each_turn_as_the_policy_saw_it(policy_dir):
+    loaded = load_policy_model(policy_dir)
+    instruction, turns = conversation_turns(CONVERSATION)
+    encodings = turn_encodings(loaded.tokenizer, instruction, turns, history_window=1, start=1)
+    expected = encode_turn(
+        loaded.tokenizer, turn_messages(instruction, turns[:1], turns[1].observation, 1), turns[1].response
+    )
+    assert encodings == [expected]
+    # The observation of the second turn is in its prompt, and nowhere in its completion.
+    observation_ids = loaded.tokenizer(turns[1].observation, add_special_tokens=False)["input_ids"]
+    assert _contains(encodings[0].prompt_ids, observation_ids)
+    assert not _contains(encodings[0].completion_ids, observation_ids)
+
+
+def test_pad_turns_marks_only_completion_tokens_and_cuts_long_prompts_from_the_left():
+    batch = pad_turns([TurnEncoding([1, 2, 3], [4, 5]), TurnEncoding([6], [7])], pad_token_id=0, max_length=4)
+    assert batch.input_ids.tolist() == [[2, 3, 4, 5], [6, 7, 0, 0]]
+    assert batch.completion_mask.tolist() == [[0, 0, 1, 1], [0, 1, 0, 0]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+
+
+def test_no_gradient_reaches_the_logits_of_observation_or_padding_positions(policy_dir):
+    loaded = load_policy_model(policy_dir)
+    instruction, turns = conversation_turns(CONVERSATION)
+    batch = pad_turns(turn_encodings(loaded.tokenizer, instruction, turns, None), loaded.tokenizer.pad_token_id)
+    logits = loaded.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.detach()
+    logits.requires_grad_(True)
+    token_logprobs(loaded.model, batch, logits=logits).sum().backward()
+    # The logit at position t predicts token t + 1: it gets a gradient exactly when token t + 1 is the policy's own.
+    predicts_completion = torch.zeros_like(batch.completion_mask, dtype=torch.bool)
+    predicts_completion[:, :-1] = batch.completion_mask[:, 1:].bool()
+    has_gradient = logits.grad.abs().sum(dim=-1) > 0
+    assert has_gradient[predicts_completion].all()
+    assert not has_gradient[~predicts_completion].any()
+    assert predicts_completion.sum() == sum(
+        len(e.completion_ids) for e in turn_encodings(loaded.tokenizer, instruction, turns, None)
+    )
+
+
+def test_completion_logprobs_match_the_logprobs_generation_reported(policy_dir):
+    """What a trainer scores is exactly what the rollout generated: same prompt, same tokens, same probabilities."""
+    loaded = load_policy_model(policy_dir)
+    policy = LocalCausalLMPolicy.from_model(
+        loaded.model, loaded.tokenizer, history_window=loaded.settings["history_window"], max_new_tokens=16
+    )
+    env = GridWorld()
+    tasks = [env.make_task(seed) for seed in range(11, 19)]
+    episodes = rollout(GridWorld, tasks, policy, greedy=False, seed=3, render=False, max_turns=3)
+    encodings = [e for episode in episodes for e in episode_encodings(loaded.tokenizer, episode, 0)]
+    reported = [step.logprob for episode in episodes for step in episode.steps]
+    loaded.tokenizer.padding_side = "right"
+    batch = pad_turns(encodings, loaded.tokenizer.pad_token_id)
+    with torch.no_grad():
+        scored = completion_logprobs(loaded.model, batch)
+    assert scored.tolist() == pytest.approx(reported, abs=1e-3)
+
+
+def test_episode_encodings_keep_the_generated_tokens_where_the_text_would_not_give_them_back(policy_dir):
+    loaded = load_policy_model(policy_dir)
+    tokenizer = loaded.tokenizer
+    # A completion with a special token inside: decoding drops it, so re-encoding the text loses it.
+    generated = tokenizer.convert_tokens_to_ids(["goal", "is", tokenizer.pad_token, "left", ";", "action", "left"])
+    generated.append(tokenizer.eos_token_id)
+    text = tokenizer.decode(generated, skip_special_tokens=True)
+    step = Step(observation=". A | G .", reasoning="", action="left", text=text, reward=0.0, done=True)
+    step.token_ids = generated
+    episode = Episode(
+        task={"instruction": "reach the goal G"},
+        sample_index=0,
+        steps=[step],
+        final_observation="",
+        total_reward=0.0,
+        success=False,
+        truncated=False,
+    )
+    [encoding] = episode_encodings(tokenizer, episode, 0)
+    assert encoding.completion_ids == generated
+    [from_text] = turn_encodings(tokenizer, "reach the goal G", [Turn(step.observation, text)], 0)
+    assert from_text.prompt_ids == encoding.prompt_ids and from_text.completion_ids != generated
+
+
+def test_evaluate_policy_reports_greedy_and_sampled_success_on_held_out_tasks(policy_dir, tmp_path):
+    config = PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_tasks=6)
+    loaded = load_policy_model(policy_dir)
+    loaded.tokenizer.padding_side = "right"
+    result = evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, config, seed=1)
+    assert result["tasks"] == 6
+    for mode in ("greedy", "sampled"):
+        assert 0.0 <= result[f"{mode}_success"] <= 1.0
+        assert result[f"{mode}_stderr"] >= 0.0
+    assert loaded.tokenizer.padding_side == "right"  # restored after generation padded on the left
+
+
+def test_training_tasks_never_include_held_out_ones(tmp_path, policy_dir):
+    config = PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_tasks=0)
+    held_out = GridWorld().eval_seeds()
+    seeds = [task["seed"] for task in train_seeds_tasks(config, 50, start=held_out.start - 10)]
+    assert len(seeds) == 50 and not set(seeds) & set(held_out)
+
+
+def test_a_config_names_the_bad_field(tmp_path):
+    with pytest.raises(ConfigError, match="^environment: .*cannot import"):
+        PolicyTrainConfig(policy_path="p", output_dir=str(tmp_path), environment="no.such.Env")
+    with pytest.raises(ConfigError, match="^environment_config: must be an object"):
+        config_from_dict(PolicyTrainConfig, {"policy_path": "p", "environment_config": [1]})
+    with pytest.raises(ConfigError, match="^policy_path: .*no config.json"):
+        load_policy_model(tmp_path)
+    config = config_from_dict(PolicyTrainConfig, {"policy_path": "p", "environment_config": {"size": 5}})
+    assert config.environment_config == {"size": 5}
+
+
+def test_a_loop_checkpoint_restores_weights_optimiser_and_state(tmp_path, tiny_policy_dir):
+    config = PolicyTrainConfig(policy_path=str(tiny_policy_dir), output_dir=str(tmp_path), eval_tasks=0)
+
+    def prepared():
+        accelerator = make_accelerator(config)
+        model = load_policy_model(tiny_policy_dir).model
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        return accelerator, *accelerator.prepare(model, optimizer)
+
+    accelerator, model, optimizer = prepared()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    for step in (1, 2, 3):
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        save_loop_checkpoint(accelerator, config, step, {"history": [step]})
+    trained = {name: value.clone() for name, value in model.state_dict().items()}
+
+    accelerator, model, optimizer = prepared()
+    step, state, path = resume_loop_checkpoint(accelerator, config)
+    assert (step, state, path.name) == (3, {"history": [3]}, "step-3")
+    assert all(torch.equal(value, trained[name]) for name, value in model.state_dict().items())
+    assert optimizer.state_dict()["state"]  # Adam's moments came back too
+    assert sorted(p.name for p in path.parent.iterdir()) == ["step-2", "step-3"]  # the last two are kept
+
+
+def test_a_run_without_checkpoints_starts_at_step_zero(tmp_path, tiny_policy_dir):
+    config = PolicyTrainConfig(policy_path=str(tiny_policy_dir), output_dir=str(tmp_path), eval_tasks=0)
+    assert resume_loop_checkpoint(make_accelerator(config), config) == (0, {}, None)
+
+
+def _contains(sequence: list[int], part: list[int]) -> bool:
+    return any(sequence[i : i + len(part)] == part for i in range(len(sequence) - len(part) + 1))

@@ -1,0 +1,337 @@
+"""DPO of a policy: step-level pairs through TRL's DPOTrainer on the policy's own turn encodings, whole-trajectory
+pairs through our own loop, per-action balancing, the observation mask, resume and the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from reward_models.common import ConfigError, config_from_dict
+from reward_models.finetune.common import load_policy_model, pad_turns
+from reward_models.finetune.dpo import (
+    DPOConfig,
+    PreferencePair,
+    action_counts,
+    balance_by_action,
+    main,
+    preference_pairs,
+    sequence_logprobs,
+    step_trainer,
+)
+from reward_models.oracle_data import (
+    intervention_step_preference_rows,
+    preference_rows,
+    scripted_episodes,
+    write_jsonl,
+)
+from reward_models.policy.model import save_policy
+from reward_models.policy.turns import (
+    Turn,
+    TurnEncoding,
+    format_decision,
+    parse_decision,
+    render_prompt,
+    turn_messages,
+)
+from tests.reward_models.reporters import RecordingReporter, RunCancelled
+
+SMALL_GRID = {"size": 4, "max_steps": 6}
+TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def episodes():
+    return scripted_episodes(30, per_task=2, noises=(0.5, 0.9), seed=3, env_config=SMALL_GRID)
+
+
+@pytest.fixture(scope="module")
+def step_rows_path(episodes, tmp_path_factory) -> Path:
+    return write_jsonl(intervention_step_preference_rows(episodes), tmp_path_factory.mktemp("dpo") / "steps.jsonl")
+
+
+@pytest.fixture(scope="module")
+def one_sided_rows_path(episodes, tmp_path_factory) -> Path:
+    """Intervention pairs in which "right" is always chosen over "left": a preference an untrained policy can learn
+    in a few steps (and one that per-action balancing removes entirely)."""
+    rows = intervention_step_preference_rows(episodes)
+    for row in rows:
+        reasoning, _ = parse_decision(row["chosen"][0]["content"])
+        row["chosen"] = [{"role": "assistant", "content": format_decision(reasoning, "right")}]
+        row["rejected"] = [{"role": "assistant", "content": format_decision(reasoning, "left")}]
+    return write_jsonl(rows, tmp_path_factory.mktemp("dpo") / "one_sided.jsonl")
+
+
+@pytest.fixture(scope="module")
+def trajectory_rows_path(episodes, tmp_path_factory) -> Path:
+    return write_jsonl(preference_rows(episodes), tmp_path_factory.mktemp("dpo") / "pairs.jsonl")
+
+
+@pytest.fixture(scope="module")
+def windowed_policy(tiny_policy_dir, tmp_path_factory) -> Path:
+    """The tiny policy, but shown one previous turn: its prompts hold history."""
+    loaded = load_policy_model(tiny_policy_dir)
+    return save_policy(
+        loaded.model, loaded.tokenizer, tmp_path_factory.mktemp("windowed"), history_window=1, max_new_tokens=12
+    )
+
+
+def make_config(policy: Path, data: Path, output_dir: Path, **overrides) -> DPOConfig:
+    values = {**TINY, "policy_path": str(policy), "data_path": str(data), "output_dir": str(output_dir), **overrides}
+    return config_from_dict(DPOConfig, values)
+
+
+def chosen_margins(policy: Path, pairs: list[PreferencePair]) -> torch.Tensor:
+    """log p(chosen) - log p(rejected) of each pair under the policy in `policy`."""
+    loaded = load_policy_model(policy)
+    with torch.no_grad():
+        chosen, _, rejected = sequence_logprobs(loaded.model, pairs, loaded.tokenizer.pad_token_id, 1024)
+    return chosen - rejected
+
+
+def test_a_step_pair_is_the_prompt_the_policy_saw_and_the_step_it_writes(windowed_policy, episodes):
+    rows = [row for row in intervention_step_preference_rows(episodes) if row["step_index"] >= 1]
+    row = rows[0]
+    loaded = load_policy_model(windowed_policy)
+    tokenizer = loaded.tokenizer
+    [pair] = preference_pairs([row], tokenizer, history_window=1, level="step")
+    step = row["step_index"]
+    previous = Turn(row["prompt"][2 * step - 1]["content"], row["prompt"][2 * step]["content"])
+    # What LocalCausalLMPolicy tokenizes before generating this turn: the previous turn, then the observation.
+    messages = turn_messages("reach the goal G", [previous], row["prompt"][-1]["content"], history_window=1)
+    prompt_ids = tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"]
+    assert [turn.prompt_ids for turn in (*pair.chosen, *pair.rejected)] == [prompt_ids, prompt_ids]
+    for side, turn in (("chosen", pair.chosen[0]), ("rejected", pair.rejected[0])):
+        text = row[side][0]["content"]
+        assert turn.completion_ids == tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert (pair.chosen_action, pair.rejected_action) == (row["chosen_action"], row["rejected_action"])
+
+
+def _pair(chosen: str, rejected: str) -> PreferencePair:
+    encoding = TurnEncoding([1], [2])
+    return PreferencePair([encoding], [encoding], chosen, rejected)
+
+
+def test_balancing_keeps_pairs_in_which_every_action_is_as_often_chosen_as_rejected():
+    # Lopsided, as interventions on a policy that over-uses "down" are: down is rejected 6 times, chosen once.
+    pairs = [_pair("up", "down")] * 4 + [_pair("left", "down")] * 2 + [_pair("down", "up")]
+    pairs += [_pair("down", "left"), _pair("left", "right"), _pair("right", "up"), _pair("up", "left")]
+    pairs += [_pair("up", "garbled text")]
+    balanced = balance_by_action(pairs, seed=0)
+    counts = action_counts(balanced)
+    assert all(count["chosen"] == count["rejected"] for count in counts.values())
+    # Cycles down>left>down, down>up>down and left>right>up>left: 7 pairs, of which only one of the 4 up>down.
+    assert len(balanced) == 7
+    assert sum((p.chosen_action, p.rejected_action) == ("up", "down") for p in balanced) == 1
+    assert "garbled text" not in counts
+    assert balance_by_action(balanced, seed=1) == balanced
+
+
+def test_observation_positions_get_no_gradient_in_the_step_level_dpo_loss(tiny_policy_dir, step_rows_path, tmp_path):
+    config = make_config(tiny_policy_dir, step_rows_path, tmp_path / "run", precompute_ref_log_probs=False)
+    loaded = load_policy_model(tiny_policy_dir)
+    rows = [json.loads(line) for line in step_rows_path.read_text().splitlines()][:4]
+    pairs = preference_pairs(rows, loaded.tokenizer, 0, "step")
+    trainer = step_trainer(config, loaded.model, loaded.tokenizer, pairs, steps=1)
+    inputs = trainer.data_collator([trainer.train_dataset[i] for i in range(len(pairs))])
+    # The final hidden state at position t feeds only the prediction of token t + 1.
+    captured = {}
+
+    def keep(module, args, output):
+        output.retain_grad()
+        captured["hidden"] = output
+
+    handle = loaded.model.model.norm.register_forward_hook(keep)
+    trainer.compute_loss(trainer.model, inputs).backward()
+    handle.remove()
+    gradient = captured["hidden"].grad.abs().sum(dim=-1)
+    mask = inputs["completion_mask"]
+    predicts_completion = torch.zeros_like(mask, dtype=torch.bool)
+    predicts_completion[:, :-1] = mask[:, 1:].bool()
+    assert (gradient[predicts_completion] > 0).all()
+    assert (gradient[~predicts_completion] == 0).all()
+    # Rows are [chosen..., rejected...]; the completion is exactly each side's step, the rest is the prompt.
+    observation_ids = set(loaded.tokenizer(". # A |", add_special_tokens=False)["input_ids"])
+    for row, pair in zip(inputs["input_ids"], [*pairs, *pairs], strict=True):
+        prompt = row[: len(pair.chosen[0].prompt_ids)].tolist()
+        assert prompt == pair.chosen[0].prompt_ids and observation_ids & set(prompt)
+    assert mask.sum().item() == sum(len(p.chosen[0].completion_ids) + len(p.rejected[0].completion_ids) for p in pairs)
+
+
+def test_step_level_dpo_raises_the_chosen_steps_over_the_rejected_ones(tiny_policy_dir, one_sided_rows_path, tmp_path):
+    reporter = RecordingReporter()
+    config = make_config(
+        tiny_policy_dir, one_sided_rows_path, tmp_path / "run", max_steps=12, eval_tasks=4, balance="none"
+    )
+    summary = main(config, reporter)
+    loaded = load_policy_model(tiny_policy_dir)
+    rows = [json.loads(line) for line in one_sided_rows_path.read_text().splitlines()]
+    pairs = preference_pairs(rows, loaded.tokenizer, 0, "step")
+    before, after = chosen_margins(tiny_policy_dir, pairs), chosen_margins(tmp_path / "run", pairs)
+    assert after.mean() > before.mean() + 1.0
+    assert (after > before).float().mean() > 0.8
+    assert reporter.steps == [(step, 12) for step in range(1, 13)]
+    losses = reporter.series("loss")
+    assert len(losses) == 12 and losses[-1] < losses[0]
+    assert summary["labels_used"] == summary["pairs_available"] == len(rows)
+    assert summary["action_counts"] == {
+        "left": {"chosen": 0, "rejected": len(rows)},
+        "right": {"chosen": len(rows), "rejected": 0},
+    }
+    assert balance_by_action(pairs, 0) == []
+    assert set(summary["metrics"]["base"]) >= {"greedy_success", "greedy_stderr", "sampled_success", "sampled_stderr"}
+    assert summary["metrics"]["final"]["tasks"] == 4
+    manifest = json.loads((tmp_path / "run" / "tandem_artifact.json").read_text())
+    assert manifest["kind"] == "dpo_policy" and manifest["summary"] == json.loads(json.dumps(summary))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_trajectory_dpo_sums_the_turns_of_each_side(tiny_policy_dir, trajectory_rows_path):
+    loaded = load_policy_model(tiny_policy_dir)
+    rows = [json.loads(line) for line in trajectory_rows_path.read_text().splitlines()][:3]
+    pairs = preference_pairs(rows, loaded.tokenizer, 0, "trajectory")
+    for row, pair in zip(rows, pairs, strict=True):
+        assert len(pair.chosen) == sum(message["role"] == "assistant" for message in row["chosen"])
+        assert len(pair.rejected) == sum(message["role"] == "assistant" for message in row["rejected"])
+    with torch.no_grad():
+        chosen, tokens, rejected = sequence_logprobs(loaded.model, pairs, loaded.tokenizer.pad_token_id, 1024)
+        for side, sums in (("chosen", chosen), ("rejected", rejected)):
+            for pair, total in zip(pairs, sums, strict=True):
+                turns = getattr(pair, side)
+                batch = pad_turns(turns, loaded.tokenizer.pad_token_id)
+                logits = loaded.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+                logps = logits[:, :-1].log_softmax(-1).gather(-1, batch.input_ids[:, 1:, None])[..., 0]
+                assert total.item() == pytest.approx((logps * batch.completion_mask[:, 1:]).sum().item(), abs=1e-3)
+    assert tokens.item() == sum(len(turn.completion_ids) for pair in pairs for turn in pair.chosen)
+
+
+def test_observation_positions_get_no_gradient_in_the_trajectory_loss(tiny_policy_dir, trajectory_rows_path):
+    loaded = load_policy_model(tiny_policy_dir)
+    rows = [json.loads(line) for line in trajectory_rows_path.read_text().splitlines()][:3]
+    pairs = preference_pairs(rows, loaded.tokenizer, 0, "trajectory")
+    captured = []
+
+    def keep(module, args, output):
+        output.retain_grad()
+        captured.append(output)
+
+    handle = loaded.model.model.norm.register_forward_hook(keep)
+    chosen, _, rejected = sequence_logprobs(loaded.model, pairs, loaded.tokenizer.pad_token_id, 1024)
+    torch.nn.functional.logsigmoid(chosen - rejected).sum().backward()
+    handle.remove()
+    turns = [turn for pair in pairs for turn in pair.chosen] + [turn for pair in pairs for turn in pair.rejected]
+    batch = pad_turns(turns, loaded.tokenizer.pad_token_id)
+    predicts_completion = torch.zeros_like(batch.completion_mask, dtype=torch.bool)
+    predicts_completion[:, :-1] = batch.completion_mask[:, 1:].bool()
+    gradient = captured[0].grad.abs().sum(dim=-1)
+    assert (gradient[predicts_completion] > 0).all() and (gradient[~predicts_completion] == 0).all()
+
+
+def test_trajectory_dpo_raises_the_preferred_trajectories(tiny_policy_dir, trajectory_rows_path, tmp_path):
+    reporter = RecordingReporter()
+    config = make_config(
+        tiny_policy_dir,
+        trajectory_rows_path,
+        tmp_path / "run",
+        level="trajectory",
+        balance="none",
+        max_steps=10,
+        num_epochs=10,
+    )
+    summary = main(config, reporter)
+    loaded = load_policy_model(tiny_policy_dir)
+    rows = [json.loads(line) for line in trajectory_rows_path.read_text().splitlines()]
+    pairs = preference_pairs(rows, loaded.tokenizer, 0, "trajectory")
+    before, after = chosen_margins(tiny_policy_dir, pairs), chosen_margins(tmp_path / "run", pairs)
+    assert after.mean() > before.mean() + 1.0
+    assert reporter.steps == [(step, 10) for step in range(1, 11)]
+    accuracies = reporter.series("rewards_accuracies")
+    assert accuracies[-1] > accuracies[0]
+    assert summary["labels_used"] == len(rows) and summary["steps"] == 10
+
+
+@pytest.mark.parametrize("level", ["step", "trajectory"])
+def test_a_cancelled_run_resumes_from_its_checkpoint_and_a_finished_one_returns_its_summary(
+    level, tiny_policy_dir, step_rows_path, trajectory_rows_path, tmp_path
+):
+    data = step_rows_path if level == "step" else trajectory_rows_path
+    config = make_config(tiny_policy_dir, data, tmp_path / "run", level=level, max_steps=5, save_steps=2)
+    with pytest.raises(RunCancelled):
+        main(config, RecordingReporter(raise_at=3))
+    assert not (tmp_path / "run" / "tandem_artifact.json").exists()
+    reporter = RecordingReporter()
+    summary = main(config, reporter)
+    assert summary["resumed_from"] and summary["resumed_from"].rstrip("/").endswith("2")
+    assert [step for step, _ in reporter.steps] == [3, 4, 5]
+    assert summary["steps"] == 5 and not (tmp_path / "run" / "checkpoints").exists()
+
+    again = RecordingReporter()
+    assert main(config, again) == json.loads(json.dumps(summary))
+    assert again.steps == [] and any("already holds" in line for line in again.lines)
+
+
+def test_rows_that_are_not_conversational_pairs_are_refused_naming_the_data(tiny_policy_dir, tmp_path, episodes):
+    text_rows = preference_rows(episodes[:4], style="text")
+    data = write_jsonl(text_rows, tmp_path / "text.jsonl")
+    with pytest.raises(ConfigError) as error:
+        main(make_config(tiny_policy_dir, data, tmp_path / "run", level="trajectory"))
+    assert error.value.field == "data_path" and "row 1" in str(error.value) and "conversational" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [({"level": "episode"}, "level"), ({"beta": 0}, "beta"), ({"balance": "task"}, "balance"), ({}, "data_path")],
+)
+def test_a_bad_setting_is_refused_naming_its_field(values, field, tiny_policy_dir, step_rows_path):
+    data = {"data_path": str(step_rows_path)} if field != "data_path" else {}
+    with pytest.raises(ConfigError) as error:
+        config_from_dict(DPOConfig, {"policy_path": str(tiny_policy_dir), **data, **values})
+    assert error.value.field == field
+
+
+def test_the_command_line_shows_help_and_trains(tiny_policy_dir, step_rows_path, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "reward_models.finetune.dpo"]
+    shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    assert "--level" in shown.stdout and "--sft_weight" in shown.stdout and "--balance" in shown.stdout
+    flags = {**TINY, "max_steps": 2, "environment_config": json.dumps(SMALL_GRID)}
+    flags.update(policy_path=tiny_policy_dir, data_path=step_rows_path, output_dir=tmp_path / "run")
+    arguments = [part for name, value in flags.items() for part in (f"--{name}", str(value))]
+    done = subprocess.run([*command, *arguments], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    summary = json.loads(done.stdout)
+    assert summary["steps"] == 2 and (tmp_path / "run" / "model.safetensors").is_file()
+
+
+def test_oracle_interventions_on_the_policys_own_rollouts_correct_its_first_wrong_step(tiny_policy_dir):
+    from reward_models.envs.gridworld import GridWorld
+    from reward_models.oracle_data import policy_episodes
+    from reward_models.policy.local import LocalCausalLMPolicy
+
+    policy = LocalCausalLMPolicy(tiny_policy_dir)
+    episodes = policy_episodes(policy, 6, samples_per_task=2, seed=1, env_config=SMALL_GRID)
+    assert len(episodes) == 12 and all(episode.task_id not in GridWorld().eval_seeds() for episode in episodes)
+    rows = intervention_step_preference_rows(episodes, seed=0)
+    wrong = [episode for episode in episodes if episode.first_error is not None]
+    assert len(rows) == len(wrong) > 0
+    for row, episode in zip(rows, wrong, strict=True):
+        step = episode.first_error
+        assert row["step_index"] == step and row["prompt"] == episode.messages[: 2 + 2 * step]
+        # The rejected step is what the policy wrote there; the chosen one a shortest-path move from that state.
+        assert row["rejected"] == [episode.messages[2 + 2 * step]]
+        env = GridWorld(**SMALL_GRID)
+        best = env.oracle(env.make_task(episode.task_id)).best_actions(episode.actions[:step])
+        assert parse_decision(row["chosen"][0]["content"])[1] == row["chosen_action"] in best

@@ -1,0 +1,281 @@
+"""Nash-MD and SPO on multi-turn gridworld rollouts of a short-bootstrapped tiny policy, scored by a preference model
+trained on oracle-labelled comparisons; the mixture policy, the win-rate reward and the observation mask."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from reward_models.common import ConfigError, config_from_dict, read_manifest
+from reward_models.finetune.common import episode_encodings, load_policy_model, pad_turns, token_logprobs
+from reward_models.finetune.nash import (
+    MixturePolicy,
+    NashConfig,
+    group_advantages,
+    main,
+    mixture_logprobs,
+    reinforce_kl_loss,
+    win_rates,
+)
+from reward_models.finetune.preference_model import PreferenceModelConfig
+from reward_models.finetune.preference_model import main as train_preference_model
+from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
+from reward_models.policy.local import LocalCausalLMPolicy
+from reward_models.policy.turns import turn_messages
+from reward_models.rollout import rollout
+from tests.reward_models.reporters import RecordingReporter, RunCancelled
+
+# Small runs: 3 tasks per iteration, 4 held-out tasks before and after.
+TINY = {"batch_size": 3, "eval_tasks": 4, "learning_rate": 1e-3, "save_steps": 1000, "logging_steps": 1}
+OBSERVATIONS = [". A . | . # G | . . .", "A . . | # # . | G . .", ". . G | . A . | . . ."]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def preference_model_dir(tiny_base_model, tmp_path_factory) -> Path:
+    """A preference model on the default 7x7 grid's comparisons, in the `decisions` layout (short sequences)."""
+    work = tmp_path_factory.mktemp("nash-pm")
+    rows = preference_rows(scripted_episodes(12, per_task=3, seed=0))
+    config = PreferenceModelConfig(
+        data_path=str(write_jsonl(rows, work / "preference.jsonl")),
+        base_model=str(tiny_base_model),
+        output_dir=str(work / "pm"),
+        layout="decisions",
+        max_steps=8,
+        batch_size=8,
+        learning_rate=5e-3,
+        eval_fraction=0.0,
+    )
+    train_preference_model(config)
+    return Path(config.output_dir)
+
+
+def make_config(policy_dir, preference_model_dir, output_dir, **overrides) -> NashConfig:
+    return NashConfig(
+        policy_path=str(policy_dir),
+        preference_model_path=str(preference_model_dir),
+        output_dir=str(output_dir),
+        **{**TINY, **overrides},
+    )
+
+
+def conversations():
+    return [turn_messages("reach the goal G", [], observation, 0) for observation in OBSERVATIONS]
+
+
+# --- the mixture -------------------------------------------------------------------------------------------------
+
+
+def test_mixture_logprobs_are_the_normalised_geometric_mixture_on_a_tensor_example():
+    policy = torch.tensor([[0.5, 0.25, 0.25]]).log()
+    reference = torch.tensor([[0.1, 0.1, 0.8]]).log()
+    alpha = 0.5
+    # sqrt(p * q) per token, then normalised: [sqrt(.05), sqrt(.025), sqrt(.2)] / their sum.
+    unnormalised = torch.tensor([math.sqrt(0.05), math.sqrt(0.025), math.sqrt(0.2)])
+    expected = unnormalised / unnormalised.sum()
+    mixed = mixture_logprobs(policy + 3.0, reference - 1.0, alpha)  # logits: any shift is the same distribution
+    assert torch.allclose(mixed.exp()[0], expected, atol=1e-6)
+    assert mixed.exp().sum().item() == pytest.approx(1.0)
+    assert torch.allclose(mixture_logprobs(policy, reference, 0.0).exp(), policy.exp(), atol=1e-6)
+    assert torch.allclose(mixture_logprobs(policy, reference, 1.0).exp(), reference.exp(), atol=1e-6)
+
+
+def test_the_mixture_policy_decodes_as_the_policy_at_alpha_0_and_the_reference_at_alpha_1(policy_dir, tiny_policy_dir):
+    policy, reference = LocalCausalLMPolicy(policy_dir), LocalCausalLMPolicy(tiny_policy_dir)
+    assert policy.tokenizer.get_vocab() == reference.tokenizer.get_vocab()
+    for alpha, expected in ((0.0, policy), (1.0, reference)):
+        mixture = MixturePolicy(
+            policy.model, reference.model, policy.tokenizer, alpha, history_window=0, max_new_tokens=12
+        )
+        assert [d.text for d in mixture.act(conversations())] == [d.text for d in expected.act(conversations())]
+
+
+def test_the_mixture_policy_samples_tokens_with_the_mixed_logprob_it_reports(policy_dir, tiny_policy_dir):
+    """Recompute each sampled decision without KV caches: its logprob is the sum of the mixture's log-probabilities
+    of its tokens, so the cached step-by-step decoding follows the mixture exactly."""
+    policy, reference = LocalCausalLMPolicy(policy_dir), LocalCausalLMPolicy(tiny_policy_dir)
+    mixture = MixturePolicy(policy.model, reference.model, policy.tokenizer, 0.4, history_window=0, max_new_tokens=12)
+    decisions = mixture.act(conversations(), greedy=False, seed=3)
+    for conversation, decision in zip(conversations(), decisions, strict=True):
+        prompt = mixture.prompt_batch(
+            [policy.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)]
+        )
+        ids = torch.cat([prompt["input_ids"][0], torch.tensor(decision.token_ids)])[None]
+        with torch.no_grad():
+            mixed = mixture_logprobs(policy.model(ids).logits, reference.model(ids).logits, 0.4)
+        start = prompt["input_ids"].shape[1]
+        targets = ids[0, start:]
+        recomputed = mixed[0, start - 1 : -1].gather(-1, targets[:, None]).sum()
+        assert decision.logprob == pytest.approx(float(recomputed), abs=1e-4)
+
+
+# --- rewards and the loss ----------------------------------------------------------------------------------------
+
+
+def test_win_rates_and_advantages_on_a_hand_example():
+    matrix = [[0.5, 0.8, 0.6], [0.2, 0.5, 0.9], [0.4, 0.1, 0.5]]
+    assert win_rates(matrix) == pytest.approx([0.7, 0.55, 0.25])
+    assert sum(win_rates(matrix)) / 3 == pytest.approx(0.5)  # a symmetric model's rates average 1/2
+    assert group_advantages([0.7, 0.55, 0.25]) == pytest.approx([0.2, 0.05, -0.25])
+    scaled = group_advantages([0.7, 0.55, 0.25], scale=True)
+    assert sum(value * value for value in scaled) / 3 == pytest.approx(1.0)
+    assert group_advantages([0.5, 0.5], scale=True) == [0.0, 0.0]
+    with pytest.raises(ValueError):
+        win_rates([[0.5]])
+
+
+def test_observation_tokens_get_no_gradient_from_the_nash_loss(policy_dir):
+    loaded = load_policy_model(policy_dir)
+    policy = LocalCausalLMPolicy.from_model(loaded.model, loaded.tokenizer, history_window=0, max_new_tokens=12)
+    from reward_models.envs.gridworld import GridWorld
+
+    env = GridWorld()
+    episodes = rollout(GridWorld, [env.make_task(s) for s in (1, 2)], policy, greedy=False, seed=1, render=False)
+    encodings = [e for episode in episodes for e in episode_encodings(loaded.tokenizer, episode, 0)]
+    batch = pad_turns(encodings, loaded.tokenizer.pad_token_id)
+    logits = loaded.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    leaf = logits.detach().requires_grad_(True)
+    logprobs = token_logprobs(loaded.model, batch, logits=leaf)
+    reference = logprobs.detach() - 0.1  # a nonzero log-ratio, so the KL term has a gradient too
+    coefficients = torch.linspace(-1.0, 1.0, len(encodings))
+    reinforce_kl_loss(logprobs, reference, coefficients, 0.5, len(episodes)).backward()
+    # Position t predicts token t + 1: only positions whose next token is a completion token may get gradient.
+    predicts_completion = torch.nn.functional.pad(batch.completion_mask[:, 1:], (0, 1)).bool()
+    assert leaf.grad[~predicts_completion].abs().max() == 0
+    assert leaf.grad[predicts_completion].abs().sum() > 0
+
+
+# --- the trainers ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nash_run(policy_dir, preference_model_dir, tmp_path_factory):
+    reporter = RecordingReporter()
+    config = make_config(policy_dir, preference_model_dir, tmp_path_factory.mktemp("nash") / "run", max_steps=4)
+    return config, main(config, reporter), reporter
+
+
+def changed_weights(policy_dir: Path, output_dir: str) -> bool:
+    from safetensors.torch import load_file
+
+    before, after = (
+        load_file(Path(policy_dir) / "model.safetensors"),
+        load_file(Path(output_dir) / "model.safetensors"),
+    )
+    return any(not torch.equal(before[name], after[name]) for name in before)
+
+
+def test_nash_md_trains_the_policy_with_finite_metrics_every_iteration(nash_run, policy_dir, preference_model_dir):
+    config, summary, reporter = nash_run
+    assert [current for current, _ in reporter.steps] == [1, 2, 3, 4]
+    assert len(reporter.metrics) == 4
+    for values in reporter.metrics:
+        for name in ("loss", "kl", "preference", "train_success", "opponent_success", "completion_tokens"):
+            assert math.isfinite(values[name]), name
+        assert 0.0 <= values["preference"] <= 1.0
+    kls = reporter.series("kl")
+    assert kls[0] == pytest.approx(0.0, abs=1e-5)  # the first rollouts come from the reference itself
+    assert any(abs(kl) > 1e-4 for kl in kls[1:])  # then the policy moves away from it
+    assert len(set(reporter.series("loss"))) == 4
+    assert changed_weights(policy_dir, config.output_dir)
+    for side in ("base", "final"):
+        assert set(summary["metrics"][side]) >= {"greedy_success", "greedy_stderr", "sampled_success", "tasks"}
+    assert summary["labels_used"] == read_manifest(preference_model_dir)["summary"]["labels_used"] > 0
+    assert summary["method"] == "nash_md" and summary["resumed_from"] is None
+    # The result is an ordinary policy directory.
+    assert len(LocalCausalLMPolicy(config.output_dir).act(conversations())) == 3
+
+
+def test_spo_trains_on_k_sample_win_rates(policy_dir, preference_model_dir, tmp_path):
+    reporter = RecordingReporter()
+    config = make_config(
+        policy_dir, preference_model_dir, tmp_path / "spo", method="spo", samples_per_task=3, max_steps=3
+    )
+    summary = main(config, reporter)
+    assert [current for current, _ in reporter.steps] == [1, 2, 3]
+    for values in reporter.metrics:
+        assert all(math.isfinite(value) for value in values.values())
+        assert 0.0 <= values["win_rate_spread"] <= 0.5
+    assert len(set(reporter.series("loss"))) == 3
+    assert changed_weights(policy_dir, config.output_dir)
+    assert summary["method"] == "spo"
+
+
+def test_a_cancelled_run_resumes_from_its_last_checkpoint_and_a_finished_one_returns_its_summary(
+    policy_dir, preference_model_dir, tmp_path
+):
+    config = make_config(policy_dir, preference_model_dir, tmp_path / "run", max_steps=3, save_steps=1)
+    with pytest.raises(RunCancelled):
+        main(config, RecordingReporter(raise_at=2))
+    reporter = RecordingReporter()
+    summary = main(config, reporter)
+    assert summary["resumed_from"].endswith("step-2")
+    assert [current for current, _ in reporter.steps] == [3]
+    assert [entry["step"] for entry in summary["history"]] == [1, 2, 3]
+    again = RecordingReporter()
+    assert main(config, again) == json.loads(json.dumps(summary))
+    assert again.steps == []
+
+
+def test_bad_settings_name_the_field(policy_dir, preference_model_dir, tmp_path):
+    base = {
+        "policy_path": str(policy_dir),
+        "preference_model_path": str(preference_model_dir),
+        "output_dir": str(tmp_path),
+    }
+    for field_name, value in (("method", "dpo"), ("mixture_alpha", 1.5), ("samples_per_task", 1), ("kl_beta", -1)):
+        with pytest.raises(ConfigError) as error:
+            config_from_dict(NashConfig, {**base, field_name: value})
+        assert error.value.field == field_name
+    with pytest.raises(ConfigError) as error:
+        config_from_dict(NashConfig, {**base, "preference_model_path": ""})
+    assert error.value.field == "preference_model_path"
+
+
+def test_command_line_help_and_a_tiny_run(policy_dir, preference_model_dir, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "reward_models.finetune.nash"]
+    help_text = subprocess.run([*command, "--help"], capture_output=True, text=True, check=True, env=env).stdout
+    assert "--mixture_alpha" in help_text and "--samples_per_task" in help_text
+    result = subprocess.run(
+        [
+            *command,
+            "--policy_path",
+            str(policy_dir),
+            "--preference_model_path",
+            str(preference_model_dir),
+            "--output_dir",
+            str(tmp_path / "cli"),
+            "--method",
+            "spo",
+            "--samples_per_task",
+            "2",
+            "--batch_size",
+            "2",
+            "--max_steps",
+            "1",
+            "--eval_tasks",
+            "2",
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout)
+    assert summary["iterations"] == 1
+    assert (tmp_path / "cli" / "tandem_artifact.json").is_file()

@@ -1,0 +1,348 @@
+"""Multi-turn PPO: rewards from a reward model and a PRM trained here in seconds, GAE from a value critic PPO keeps
+training, the clipped loss on the policy's own tokens only, checkpoints and resume, on a tiny Llama on CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from reward_models.common import ConfigError, config_from_dict
+from reward_models.finetune.ppo import PPOConfig, main, setup_run
+from reward_models.finetune.ppo_rewards import (
+    RunningMoments,
+    critic_steps,
+    elide_observations,
+    episode_messages,
+    gae,
+    reward_model_inputs,
+)
+from reward_models.oracle_data import build_tiny_base, preference_rows, scripted_episodes, stepwise_rows, write_jsonl
+from reward_models.policy.turns import transcript
+from reward_models.rollout import Episode, Step
+from reward_models.value import load_value_critic
+from tests.reward_models.reporters import RecordingReporter, RunCancelled
+
+# A 4x4 grid with a 6-step limit keeps episodes, and the critic's transcripts, short.
+SMALL_GRID = {"size": 4, "max_steps": 6}
+TINY = {
+    "environment_config": SMALL_GRID,
+    "max_steps": 4,
+    "rollouts_per_step": 8,
+    "batch_size": 16,
+    "ppo_epochs": 2,
+    "eval_tasks": 8,
+    "selection_tasks": 4,
+    "save_steps": 2,
+    "logging_steps": 1,
+    "learning_rate": 1e-3,
+}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # Two OpenMP threads on a shared, loaded 2-core machine run a tiny model far slower than one.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def judges(tmp_path_factory) -> dict[str, Path]:
+    """A reward model and a PRM, trained for a few steps on oracle-labelled rows of the small grid."""
+    from reward_models.prm import PRMConfig
+    from reward_models.prm import main as train_prm
+    from reward_models.reward import RewardConfig
+    from reward_models.reward import main as train_reward_model
+
+    folder = tmp_path_factory.mktemp("ppo-judges")
+    base = build_tiny_base(folder / "base")
+    episodes = scripted_episodes(30, per_task=3, seed=0, env_config=SMALL_GRID)
+    fast = {"batch_size": 8, "learning_rate": 5e-3, "logging_steps": 5, "save_steps": 1000, "eval_fraction": 0.0}
+    train_reward_model(
+        RewardConfig(
+            data_path=str(write_jsonl(preference_rows(episodes), folder / "preference.jsonl")),
+            base_model=str(base),
+            output_dir=str(folder / "rm"),
+            max_steps=20,
+            **fast,
+        )
+    )
+    train_prm(
+        PRMConfig(
+            data_path=str(write_jsonl(stepwise_rows(episodes), folder / "stepwise.jsonl")),
+            base_model=str(base),
+            output_dir=str(folder / "prm"),
+            max_steps=20,
+            **{**fast, "max_length": 512},
+        )
+    )
+    return {"reward_model_path": folder / "rm", "prm_path": folder / "prm"}
+
+
+def make_config(policy: Path, output_dir: Path, judges: dict[str, Path] | None = None, **overrides) -> PPOConfig:
+    paths = {name: str(path) for name, path in (judges or {}).items()}
+    source = {"reward_source": "model", **paths} if judges else {"reward_source": "oracle"}
+    return PPOConfig(policy_path=str(policy), output_dir=str(output_dir), **{**TINY, **source, **overrides})
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_policy_dir, judges, tmp_path_factory):
+    """One run with the reward model and the PRM: (config, summary, reporter)."""
+    reporter = RecordingReporter()
+    config = make_config(tiny_policy_dir, tmp_path_factory.mktemp("ppo") / "run", judges, prm_weight=1.0)
+    return config, main(config, reporter), reporter
+
+
+# --- the pieces --------------------------------------------------------------------------------------------------
+
+
+def test_gae_matches_a_hand_computed_example():
+    # gamma 0.9, lambda 0.8; V = (0.5, 0.4, 0.2), rewards (0, 0, 1), the episode ends after the last turn.
+    # delta_2 = 1 - 0.2 = 0.8;  delta_1 = 0 + 0.9 * 0.2 - 0.4 = -0.22;  delta_0 = 0 + 0.9 * 0.4 - 0.5 = -0.14
+    # A_2 = 0.8;  A_1 = -0.22 + 0.72 * 0.8 = 0.356;  A_0 = -0.14 + 0.72 * 0.356 = 0.11632
+    advantages, returns = gae([0.0, 0.0, 1.0], [0.5, 0.4, 0.2], gamma=0.9, lam=0.8)
+    assert advantages == pytest.approx([0.11632, 0.356, 0.8])
+    assert returns == pytest.approx([0.61632, 0.756, 1.0])
+
+
+def test_gae_with_lambda_one_gives_the_discounted_return_and_bootstraps_a_truncated_episode():
+    rewards, values = [1.0, 0.0, 2.0], [0.3, -0.2, 0.7]
+    _, returns = gae(rewards, values, gamma=0.5, lam=1.0)
+    assert returns == pytest.approx([1.0 + 0.25 * 2.0, 0.5 * 2.0, 2.0])
+    advantages, _ = gae([0.0], [0.25], gamma=0.5, lam=0.9, last_value=1.0)
+    assert advantages == pytest.approx([0.5 * 1.0 - 0.25])
+
+
+def test_gae_refuses_rewards_and_values_of_different_lengths():
+    with pytest.raises(ValueError, match="2 rewards but 1 values"):
+        gae([0.0, 1.0], [0.0], gamma=1.0, lam=1.0)
+
+
+def _episode(observations: list[str], texts: list[str]) -> Episode:
+    steps = [
+        Step(observation=o, reasoning="", action=t.rsplit(" ", 1)[-1], text=t, reward=0.0, done=False)
+        for o, t in zip(observations, texts, strict=True)
+    ]
+    return Episode({"seed": 1, "instruction": "reach the goal G"}, 0, steps, "", 0.0, False, False)
+
+
+EPISODE = _episode(
+    [". A | G .", ". . | G A", ". . | A ."],
+    [
+        "goal is down 1 left 1 ; action right",
+        "goal is down 1 left 1 ; action left",
+        "goal is down 0 left 1 ; action left",
+    ],
+)
+
+
+def test_the_reward_model_reads_an_episode_as_the_preference_export_lays_it_out():
+    first, second = scripted_episodes(1, per_task=2, noises=(0.0, 1.0), seed=3, env_config=SMALL_GRID)
+    row = preference_rows([first, second], ties="include")[0]
+    chosen = first if row["chosen_trajectory_id"] == first.trajectory_id else second
+    replayed = _episode([m["content"] for m in chosen.messages[1::2]], [m["content"] for m in chosen.messages[2::2]])
+    assert reward_model_inputs(replayed, "full") == (row["prompt"], row["chosen"])
+    prompt, completion = reward_model_inputs(replayed, "decisions")
+    assert [*prompt, *completion] == elide_observations(chosen.messages)
+    assert completion[-1]["content"] == chosen.messages[-1]["content"]
+
+
+def test_the_critic_reads_each_step_before_its_decision():
+    prompt, pieces = critic_steps(episode_messages(EPISODE))
+    messages = episode_messages(EPISODE)
+    for step in range(len(pieces)):
+        upto = prompt + "".join(pieces[: step + 1])
+        assert upto == transcript(messages[: 2 + 2 * step]) + "\nAssistant:"
+        assert upto.endswith(f"User: {EPISODE.steps[step].observation}\nAssistant:")
+
+
+def test_running_moments_match_the_statistics_of_everything_seen():
+    moments = RunningMoments()
+    values = [0.5, -1.0, 2.0, 3.5, 0.0, 1.25, -2.5]
+    moments.update(values[:3])
+    moments.update(values[3:])
+    mean = sum(values) / len(values)
+    assert moments.mean == pytest.approx(mean)
+    assert moments.std == pytest.approx(math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)))
+    assert moments.normalise(mean) == pytest.approx(0.0)
+
+
+# --- training ----------------------------------------------------------------------------------------------------
+
+
+def test_ppo_trains_the_policy_and_the_critic_and_logs_finite_figures(trained, tiny_policy_dir):
+    config, summary, reporter = trained
+    metrics = summary["metrics"]
+    names = ("kl", "entropy", "clip_fraction", "approx_kl", "value_loss", "policy_loss", "mean_reward")
+    names += ("success_rate", "reward_model_score", "prm_good_share", "explained_variance", "kl_beta")
+    logged = [values for values in reporter.metrics if "policy_loss" in values]
+    assert [values["step"] for values in logged] == [1, 2, 3, 4]
+    for values in logged:
+        for name in names:
+            assert name in values and math.isfinite(values[name]), name
+    # Both losses move from iteration to iteration, and every update moves the policy.
+    assert len(set(reporter.series("value_loss"))) == 4 and len(set(reporter.series("policy_loss"))) == 4
+    assert min(reporter.series("approx_kl")) > 0
+    assert reporter.series("kl")[-1] != 0
+    assert [current for current, _ in reporter.steps][-1] == config.max_steps
+
+    from transformers import AutoModelForCausalLM
+
+    before = AutoModelForCausalLM.from_pretrained(tiny_policy_dir)
+    after = AutoModelForCausalLM.from_pretrained(config.output_dir)
+    moved = [not torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters(), strict=True)]
+    # The result is the selected iteration's policy: the starting one when it scored best on the selection tasks.
+    assert any(moved) == (metrics["selected_iteration"] != 0)
+    for name in ("base", "final"):
+        assert set(metrics[name]) >= {"greedy_success", "greedy_stderr", "sampled_success", "sampled_stderr"}
+    assert summary["labels_used"] == 0 and summary["iterations"] == 4 and summary["resumed_from"] is None
+    assert [record["iteration"] for record in metrics["selection"]] == [0, 2, 4]
+    critic = load_value_critic(Path(config.output_dir) / "value_critic", device="cpu")
+    values = critic.values(*critic_steps(episode_messages(EPISODE)))
+    assert len(values) == 3 and all(math.isfinite(v) for v in values)
+
+
+def test_observation_tokens_get_no_gradient_in_the_ppo_update(tiny_policy_dir, judges, tmp_path):
+    config = make_config(tiny_policy_dir, tmp_path / "run", judges, batch_size=12, entropy_coef=0.1)
+    run = setup_run(config, RecordingReporter())
+    run.state = {"kl_beta": config.kl_beta}
+    batch = run.collect(run.rollouts(0))
+    prompt_lengths = {tuple(e.prompt_ids + e.completion_ids): len(e.prompt_ids) for e in batch.encodings}
+    inputs, logits = [], []
+
+    def keep_inputs(module, args, output):
+        inputs.append(args[0])
+
+    def keep_gradient(module, args, output):
+        output.retain_grad()
+        logits.append(output)
+
+    hooks = [
+        run.policy.get_input_embeddings().register_forward_hook(keep_inputs),
+        run.policy.lm_head.register_forward_hook(keep_gradient),
+    ]
+    try:
+        run.update(batch, 1)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert len(logits) == config.ppo_epochs * math.ceil(len(batch.encodings) / config.batch_size)
+    for input_ids, output in zip(inputs, logits, strict=True):
+        gradient = output.grad.abs().sum(-1)
+        # The logits at position t predict token t + 1: only those predicting a completion token may get a gradient.
+        predicts_completion = torch.zeros_like(gradient, dtype=torch.bool)
+        for row, ids in enumerate(input_ids.tolist()):
+            length = next(n for n in range(len(ids), 0, -1) if tuple(ids[:n]) in prompt_lengths)
+            predicts_completion[row, prompt_lengths[tuple(ids[:length])] - 1 : length - 1] = True
+        assert gradient[~predicts_completion].max() == 0
+        assert gradient[predicts_completion].gt(0).float().mean() > 0.5
+
+
+def test_the_critic_update_fits_the_returns_of_its_batch(tiny_policy_dir, judges, tmp_path):
+    from reward_models.finetune.ppo_rewards import critic_forward
+
+    config = make_config(tiny_policy_dir, tmp_path / "run", judges, ppo_epochs=4, critic_batch_size=4)
+    run = setup_run(config, RecordingReporter())
+    run.state = {"kl_beta": config.kl_beta}
+    batch = run.collect(run.rollouts(0))
+    targets = torch.tensor([g for returns in batch.returns for g in returns])
+
+    def error() -> float:
+        with torch.no_grad():
+            values = critic_forward(run.critic, batch.windows, run.critic_tokenizer.pad_token_id)
+        return float(((values - targets) ** 2).mean())
+
+    before = error()
+    figures = run.update(batch, 1)
+    assert error() < before
+    assert math.isfinite(figures["value_loss"]) and figures["value_loss"] > 0
+
+
+def test_a_cancelled_run_resumes_from_its_last_checkpoint_and_a_finished_one_returns_its_summary(
+    tiny_policy_dir, judges, tmp_path
+):
+    config = make_config(tiny_policy_dir, tmp_path / "run", judges, max_steps=5)
+    # Cancelled as iteration 3 ends, after the checkpoint of iteration 2.
+    with pytest.raises(RunCancelled):
+        main(config, RecordingReporter(raise_at=3))
+    assert (tmp_path / "run" / "checkpoints" / "step-2").is_dir()
+    assert not (tmp_path / "run" / "tandem_artifact.json").exists()
+    reporter = RecordingReporter()
+    summary = main(config, reporter)
+    assert summary["resumed_from"].endswith("step-2")
+    assert any("resuming" in line for line in reporter.lines)
+    iterations = sorted({values["step"] for values in reporter.metrics if "policy_loss" in values})
+    assert iterations == [3, 4, 5]
+    assert summary["iterations"] == 5
+    # The base evaluation and the selection history came back from the checkpoint, not from a new start.
+    assert [record["iteration"] for record in summary["metrics"]["selection"]] == [0, 2, 4, 5]
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+    again = RecordingReporter()
+    assert main(config, again) == json.loads(json.dumps(summary))
+    assert again.steps == [] and any("already holds" in line for line in again.lines)
+
+
+def test_the_oracle_reward_trains_without_judges_and_without_selection(tiny_policy_dir, tmp_path):
+    reporter = RecordingReporter()
+    summary = main(make_config(tiny_policy_dir, tmp_path / "run", max_steps=2, selection_tasks=0), reporter)
+    assert summary["metrics"]["selected_iteration"] == 2 and "last" not in summary["metrics"]
+    assert "reward_model_score" not in reporter.metrics[0]
+    assert all(math.isfinite(v) for v in reporter.series("value_loss"))
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"reward_source": "model"}, "reward_model_path"),
+        ({"reward_source": "human"}, "reward_source"),
+        ({"reward_source": "oracle", "reward_layout": "short"}, "reward_layout"),
+        ({"reward_source": "oracle", "clip_range": 0}, "clip_range"),
+        ({"reward_source": "oracle", "lam": 1.5}, "lam"),
+        ({"reward_source": "oracle", "prm_path": "/no/such/prm"}, "prm_path"),
+        ({"reward_source": "oracle", "ppo_epochs": 0}, "ppo_epochs"),
+    ],
+)
+def test_a_bad_setting_is_refused_naming_its_field(values, field, tiny_policy_dir):
+    with pytest.raises(ConfigError) as error:
+        config_from_dict(PPOConfig, {"policy_path": str(tiny_policy_dir), **values})
+    assert error.value.field == field
+
+
+def test_the_command_line_shows_help_and_trains_on_the_oracle_reward(tiny_policy_dir, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "reward_models.finetune.ppo"]
+    shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    assert "--reward_model_path" in shown.stdout and "--kl_beta" in shown.stdout and "--prm_weight" in shown.stdout
+    flags = {**TINY, "max_steps": 2, "environment_config": json.dumps(SMALL_GRID)}
+    arguments = [part for name, value in flags.items() for part in (f"--{name}", str(value))]
+    done = subprocess.run(
+        [
+            *command,
+            "--policy_path",
+            str(tiny_policy_dir),
+            "--output_dir",
+            str(tmp_path / "cli"),
+            "--reward_source",
+            "oracle",
+            *arguments,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    assert summary["iterations"] == 2 and (tmp_path / "cli" / "tandem_artifact.json").is_file()
+    assert "policy_loss=" in done.stderr

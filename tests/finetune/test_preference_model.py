@@ -1,0 +1,175 @@
+"""The pairwise preference model for the Nash-style trainers: antisymmetric by construction, able to hold
+intransitive preferences, trained on oracle-labelled gridworld comparisons with a tiny Llama on CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from reward_models.common import ConfigError, config_from_dict, read_manifest
+from reward_models.finetune.preference_model import (
+    PreferenceModel,
+    PreferenceModelConfig,
+    RewardModelPreference,
+    elide_observations,
+    load_preference_model,
+    main,
+    pair_scores,
+)
+from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
+from tests.reward_models.reporters import RecordingReporter, RunCancelled
+
+SMALL_GRID = {"size": 4, "max_steps": 6}
+FAST = {"batch_size": 8, "learning_rate": 5e-3, "logging_steps": 1, "save_steps": 1000}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return preference_rows(scripted_episodes(30, per_task=4, seed=0, env_config=SMALL_GRID), ties="include")
+
+
+@pytest.fixture(scope="module")
+def data_path(rows, tmp_path_factory) -> Path:
+    return write_jsonl(rows, tmp_path_factory.mktemp("pm-data") / "preference.jsonl")
+
+
+def make_config(data_path, base, output_dir, **overrides) -> PreferenceModelConfig:
+    return PreferenceModelConfig(
+        data_path=str(data_path), base_model=str(base), output_dir=str(output_dir), **{**FAST, **overrides}
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(data_path, tiny_base_model, tmp_path_factory):
+    reporter = RecordingReporter()
+    config = make_config(data_path, tiny_base_model, tmp_path_factory.mktemp("pm") / "run", max_steps=40)
+    return config, main(config, reporter), reporter
+
+
+def test_pair_scores_are_antisymmetric_so_both_orders_sum_to_one():
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 5, generator=generator), torch.randn(5, 5, generator=generator)
+    assert torch.allclose(pair_scores(a, b), -pair_scores(b, a))
+    assert torch.allclose(pair_scores(a, b).sigmoid() + pair_scores(b, a).sigmoid(), torch.ones(5))
+    assert torch.equal(pair_scores(a, a), torch.zeros(5))
+
+
+def test_the_skew_part_expresses_an_intransitive_cycle_no_reward_model_can():
+    # Three embeddings 120 degrees apart on the unit circle, equal scores: a > b, b > c and c > a.
+    angles = [0.0, 2 * math.pi / 3, 4 * math.pi / 3]
+    heads = torch.tensor([[0.0, math.cos(t), math.sin(t)] for t in angles])
+    a, b, c = heads
+    for first, second in ((a, b), (b, c), (c, a)):
+        assert pair_scores(first, second) > 0.8
+    # With the skew part off (Bradley-Terry) equal scores can only tie.
+    assert pair_scores(a[:1], b[:1]) == 0
+
+
+def test_decisions_layout_empties_every_observation_but_the_first_and_last():
+    messages = [
+        {"role": "system", "content": "reach the goal G"},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "goal is down 1 ; action down"},
+        {"role": "user", "content": "middle"},
+        {"role": "assistant", "content": "goal is right 1 ; action right"},
+        {"role": "user", "content": "last"},
+        {"role": "assistant", "content": "goal is left 1 ; action left"},
+    ]
+    assert [m["content"] for m in elide_observations(messages) if m["role"] == "user"] == ["first", "", "last"]
+
+
+def test_training_lowers_the_loss_and_beats_chance_on_held_out_tasks(trained):
+    config, summary, reporter = trained
+    losses = reporter.series("loss")
+    assert len(losses) == 40
+    assert summary["final_loss"] < summary["initial_loss"] - 0.1
+    assert all(math.isfinite(loss) for loss in losses)
+    assert [current for current, _ in reporter.steps] == list(range(1, 41))
+    metrics = summary["metrics"]
+    assert metrics["pairs"] > 10
+    assert metrics["accuracy"] > 0.65
+    assert summary["labels_used"] == summary["train_samples"] > 0
+    assert read_manifest(config.output_dir)["kind"] == "preference_model"
+
+
+def test_the_loader_gives_symmetric_probabilities_and_a_matching_win_matrix(trained, rows):
+    config, _, _ = trained
+    model = load_preference_model(config.output_dir, "cpu")
+    assert isinstance(model, PreferenceModel)
+    row = next(row for row in rows if not row.get("tie"))
+    forward, backward = model.probability(
+        [(row["prompt"], row["chosen"], row["rejected"]), (row["prompt"], row["rejected"], row["chosen"])]
+    )
+    assert forward + backward == pytest.approx(1.0, abs=1e-6)
+    matrix = model.win_matrix(row["prompt"], [row["chosen"], row["rejected"]])
+    assert matrix[0][0] == pytest.approx(0.5)
+    assert matrix[0][1] == pytest.approx(forward, abs=1e-6)
+
+
+def test_a_bradley_terry_reward_model_directory_loads_behind_the_same_interface(data_path, tiny_base_model, tmp_path):
+    from reward_models.reward import RewardConfig, load_reward_model
+    from reward_models.reward import main as train_reward
+
+    config = RewardConfig(
+        data_path=str(data_path), base_model=str(tiny_base_model), output_dir=str(tmp_path / "rm"), max_steps=3, **FAST
+    )
+    train_reward(config)
+    wrapped = load_preference_model(config.output_dir, "cpu")
+    assert isinstance(wrapped, RewardModelPreference)
+    prompt = [{"role": "system", "content": "reach the goal G"}, {"role": "user", "content": ". A G ."}]
+    a = [{"role": "assistant", "content": "goal is right 1 ; action right"}]
+    b = [{"role": "assistant", "content": "goal is right 1 ; action left"}]
+    (reward_a, reward_b), _ = load_reward_model(config.output_dir, "cpu").score([prompt, prompt], [a, b])
+    (probability,) = wrapped.probability([(prompt, a, b)])
+    assert probability == pytest.approx(1 / (1 + math.exp(reward_b - reward_a)), abs=1e-5)
+    assert wrapped.win_matrix(prompt, [a, b])[0][1] == pytest.approx(probability, abs=1e-5)
+
+
+def test_a_cancelled_run_resumes_from_its_checkpoint(data_path, tiny_base_model, tmp_path):
+    config = make_config(data_path, tiny_base_model, tmp_path / "run", max_steps=6, save_steps=2)
+    with pytest.raises(RunCancelled):
+        main(config, RecordingReporter(raise_at=5))
+    reporter = RecordingReporter()
+    summary = main(config, reporter)
+    assert summary["resumed_from"].endswith("step-4")
+    assert [current for current, _ in reporter.steps] == [5, 6]
+    # A finished directory returns its stored summary without training.
+    again = RecordingReporter()
+    assert main(config, again) == json.loads(json.dumps(summary))
+    assert again.steps == []
+
+
+def test_bad_settings_name_the_field(data_path, tiny_base_model, tmp_path):
+    base = {"data_path": str(data_path), "base_model": str(tiny_base_model), "output_dir": str(tmp_path)}
+    for field_name, value in (("layout", "images"), ("skew_dims", -1), ("ties", "keep")):
+        with pytest.raises(ConfigError) as error:
+            config_from_dict(PreferenceModelConfig, {**base, field_name: value})
+        assert error.value.field == field_name
+    with pytest.raises(ConfigError, match="preference_model_path"):
+        load_preference_model(tmp_path)
+
+
+def test_command_line_help_lists_the_settings():
+    result = subprocess.run(
+        [sys.executable, "-m", "reward_models.finetune.preference_model", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert "--skew_dims" in result.stdout and "--layout" in result.stdout
