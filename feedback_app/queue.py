@@ -33,6 +33,10 @@ class LeaseLost(Exception):
     """The lease expired and the item has since received all its labels: the label cannot be counted."""
 
 
+# The query strategy of comparisons of a new policy version against its parent: always shown blind.
+REVIEW_STRATEGY = "new_vs_parent"
+
+
 def _live(now: datetime) -> Q:
     """Assignments that hold their slot: labelled, or leased and not yet expired."""
     return Q(status=AssignmentStatus.DONE) | Q(status=AssignmentStatus.LEASED, leased_until__gte=now)

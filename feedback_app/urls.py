@@ -11,6 +11,7 @@ from feedback_app.views import (
     quality,
     steps,
     tokens,
+    training,
     trajectories,
     workspace,
 )
@@ -32,6 +33,12 @@ urlpatterns = [
         name="assignment-skip",
     ),
     path("projects/<int:project_pk>/history/", history.history, name="history"),
+    path("projects/<int:project_pk>/training/", training.training_page, name="training"),
+    path("projects/<int:project_pk>/training/runs/", training.runs_fragment, name="training-runs"),
+    path("projects/<int:project_pk>/training/snapshots/", training.make_snapshot, name="training-snapshot"),
+    path("projects/<int:project_pk>/training/judges/", training.launch_judge, name="training-judge"),
+    path("projects/<int:project_pk>/training/policies/", training.launch_policy, name="training-policy"),
+    path("projects/<int:project_pk>/training/runs/<int:run_pk>/cancel/", training.cancel_run, name="training-cancel"),
     path(
         "projects/<int:project_pk>/history/<str:kind>/<int:label_pk>/",
         history.label_revisions,

@@ -66,6 +66,9 @@ PIPELINES: dict[str, Pipeline] = {
         judge_inputs={"reward_model": JudgeKind.REWARD_MODEL, "prm": JudgeKind.PRM},
     ),
     RunKind.GENERATIVE_CRITIC: Pipeline("reward_models.critic_lm", "CriticConfig", ("critiques",)),
+    RunKind.PREFERENCE_MODEL: Pipeline(
+        "reward_models.finetune.preference_model", "PreferenceModelConfig", ("preference",)
+    ),
 }
 JUDGE_RUN_KINDS = tuple(PIPELINES)
 
@@ -204,12 +207,12 @@ def run_judge(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
     model = register(run, config, summary)
     shutil.rmtree(Path(config.output_dir) / CHECKPOINT_DIR, ignore_errors=True)
     recorder.log(f"registered {model.name}: {_headline(summary.get('metrics') or {})}")
-    return {**_json_safe(summary), "registered_model": model.pk, "config": _json_safe(asdict(config))}
+    return {**json_safe(summary), "registered_model": model.pk, "config": json_safe(asdict(config))}
 
 
 def register(run: TrainingRun, config: Any, summary: Mapping[str, Any]) -> RegisteredModel:
     """Record the run's model in the registry, and its held-out figures as evaluations. Idempotent per run."""
-    metrics = _json_safe(summary.get("metrics") or {})
+    metrics = json_safe(summary.get("metrics") or {})
     with transaction.atomic():
         model, _ = RegisteredModel.objects.update_or_create(
             run=run,
@@ -231,7 +234,7 @@ def register(run: TrainingRun, config: Any, summary: Mapping[str, Any]) -> Regis
         Evaluation.objects.bulk_create(
             Evaluation(project=run.project, run=run, name=name[:64], value=value, n=n)
             for name, value in metrics.items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool)  # _json_safe made NaN None
+            if isinstance(value, (int, float)) and not isinstance(value, bool)  # json_safe made NaN None
         )
     return model
 
@@ -241,12 +244,12 @@ def _headline(metrics: Mapping[str, Any]) -> str:
     return ", ".join(shown) or "no held-out figures"
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """Summaries go into JSON columns: NaN and infinities become None, tuples lists, paths strings."""
     if isinstance(value, Mapping):
-        return {str(key): _json_safe(item) for key, item in value.items()}
+        return {str(key): json_safe(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
+        return [json_safe(item) for item in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, (str, int, float, bool)) or value is None:

@@ -27,6 +27,14 @@ class RolloutConfig:
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
     seed: int = field(default=0, metadata={"help": "Sampling seed: the same seed gives the same episodes."})
     max_turns: int = field(default=100, metadata={"help": "Hard stop per episode beyond the environment's own."})
+    compare_with_parent: bool = field(
+        default=False,
+        metadata={
+            "help": "Queue blind comparisons of every new trajectory against one of the parent version's on the same "
+            "task (rolling the parent out where it has none), and score both with the project's newest reward model."
+        },
+    )
+    review_priority: int = field(default=10, metadata={"help": "Queue priority of those comparisons."})
 
     def __post_init__(self) -> None:
         if self.split not in TaskSplit.values:
@@ -38,6 +46,8 @@ class RolloutConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be positive, got {self.temperature}")
+        if not isinstance(self.compare_with_parent, bool):
+            raise ValueError(f"compare_with_parent must be true or false, got {self.compare_with_parent!r}")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RolloutConfig:
@@ -63,19 +73,38 @@ def run_rollout(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
     config = RolloutConfig.from_dict(run.config)
     tasks = _tasks_for(run.project, config)
     expected = len(tasks) * config.samples_per_task
-    stored = Trajectory.objects.filter(rollout_run=run).count()
+    stored = Trajectory.objects.filter(rollout_run=run, policy_version=run.base_policy).count()
     if stored == expected:
         # An earlier attempt stored everything, then died before marking the run done.
         recorder.log(f"all {stored} trajectories already stored")
-        return _summary(run)
+    else:
+        recorder.log(f"rolling out {run.base_policy.name} on {len(tasks)} tasks × {config.samples_per_task} samples")
+        roll_out(run, run.base_policy, tasks, config, recorder)
+    summary = _summary(run)
+    recorder.log(f"stored {summary['trajectories']} trajectories, success rate {summary['success_rate']:.2f}")
+    if config.compare_with_parent:
+        from training.review import send_to_review
 
+        summary["review"] = send_to_review(run, tasks, config, recorder)
+    return summary
+
+
+def roll_out(
+    run: TrainingRun,
+    policy: PolicyVersion,
+    tasks: list[Task],
+    config: RolloutConfig,
+    recorder: RunRecorder,
+    *,
+    sample_offset: int = 0,
+) -> list[Trajectory]:
+    """Play `policy` on `tasks` with `config`'s decoding and store the episodes under `run`, numbering each task's
+    samples from `sample_offset` (a run's trajectories of one task must have distinct sample numbers)."""
     env_spec = run.project.environment
-    policy = policy_for(run.base_policy)
-    recorder.log(f"rolling out {run.base_policy.name} on {len(tasks)} tasks × {config.samples_per_task} samples")
     episodes = rollout(
         partial(load_environment, env_spec.dotted_path, env_spec.config),
         [task.spec or {"seed": task.seed, "instruction": task.instruction} for task in tasks],
-        policy,
+        policy_for(policy),
         samples_per_task=config.samples_per_task,
         greedy=config.greedy,
         temperature=config.temperature,
@@ -84,10 +113,8 @@ def run_rollout(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
         progress=lambda done, total: recorder.progress(done, total),
     )
     task_of = [task for task in tasks for _ in range(config.samples_per_task)]
-    store_episodes(run, task_of, episodes, generation={"greedy": config.greedy, "temperature": config.temperature})
-    summary = _summary(run)
-    recorder.log(f"stored {summary['trajectories']} trajectories, success rate {summary['success_rate']:.2f}")
-    return summary
+    generation = {"greedy": config.greedy, "temperature": config.temperature}
+    return store_episodes(run, task_of, episodes, generation=generation, policy=policy, sample_offset=sample_offset)
 
 
 def _tasks_for(project: Project, config: RolloutConfig) -> list[Task]:
@@ -104,9 +131,16 @@ def _tasks_for(project: Project, config: RolloutConfig) -> list[Task]:
 
 
 def store_episodes(
-    run: TrainingRun, tasks: list[Task], episodes: list[Episode], *, generation: dict[str, Any]
+    run: TrainingRun,
+    tasks: list[Task],
+    episodes: list[Episode],
+    *,
+    generation: dict[str, Any],
+    policy: PolicyVersion | None = None,
+    sample_offset: int = 0,
 ) -> list[Trajectory]:
-    """Insert trajectories and their steps in one transaction: a rollout lands whole or not at all."""
+    """Insert trajectories and their steps in one transaction: a rollout lands whole or not at all. They are the
+    run's policy's unless `policy` names another (a review rollout also plays the parent where it must)."""
     sample_counter: dict[int, int] = {}
     trajectories = []
     for task, episode in zip(tasks, episodes, strict=True):
@@ -115,9 +149,9 @@ def store_episodes(
                 episode,
                 project_id=run.project_id,
                 task=task,
-                policy_version_id=run.base_policy_id,
+                policy_version_id=policy.pk if policy else run.base_policy_id,
                 rollout_run=run,
-                sample_index=sample_counter.setdefault(task.pk, 0),
+                sample_index=sample_counter.setdefault(task.pk, sample_offset),
                 metadata=generation,
             )
         )
@@ -171,7 +205,9 @@ def save_trajectories(trajectories: list[Trajectory], episodes: list[Episode]) -
 
 
 def _summary(run: TrainingRun) -> dict[str, Any]:
-    rows = list(Trajectory.objects.filter(rollout_run=run).values_list("success", "num_steps"))
+    rows = list(
+        Trajectory.objects.filter(rollout_run=run, policy_version=run.base_policy).values_list("success", "num_steps")
+    )
     n = len(rows)
     return {
         "trajectories": n,

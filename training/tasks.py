@@ -56,6 +56,15 @@ def train_judge(self, run_id: int) -> str | None:
     return _execute(self, run_id, run_judge, lambda pk: RunRecorder(pk, check_interval=0.0))
 
 
+@shared_task(bind=True, name="training.train_policy", acks_late=True)
+def train_policy(self, run_id: int) -> str | None:
+    """DPO, KTO, SFT, PPO, Nash-MD, SPO or GRPO (the `training` queue): a new policy version, sent to review. The
+    cancel flag is read at every optimiser step."""
+    from training.policy_runs import run_policy_training
+
+    return _execute(self, run_id, run_policy_training, lambda pk: RunRecorder(pk, check_interval=0.0))
+
+
 @shared_task(
     name="training.continue_intervention",
     acks_late=True,
@@ -79,6 +88,10 @@ TASK_FOR_KIND = {
     RunKind.PRM: train_judge,
     RunKind.VALUE_CRITIC: train_judge,
     RunKind.GENERATIVE_CRITIC: train_judge,
+    RunKind.PREFERENCE_MODEL: train_judge,
+    **dict.fromkeys(
+        (RunKind.DPO, RunKind.KTO, RunKind.SFT, RunKind.PPO, RunKind.NASH_MD, RunKind.SPO, RunKind.GRPO), train_policy
+    ),
 }
 
 

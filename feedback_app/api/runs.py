@@ -15,6 +15,7 @@ from feedback_app.api.serializers import (
     AssignmentSerializer,
     EvaluationSerializer,
     JudgeLaunchSerializer,
+    PolicyLaunchSerializer,
     RegisteredModelSerializer,
     RolloutLaunchSerializer,
     TrainingRunSerializer,
@@ -29,6 +30,8 @@ RUN_LAUNCH = PolymorphicProxySerializer(
         "prm": JudgeLaunchSerializer,
         "value_critic": JudgeLaunchSerializer,
         "generative_critic": JudgeLaunchSerializer,
+        "preference_model": JudgeLaunchSerializer,
+        **dict.fromkeys(["dpo", "kto", "sft", "ppo", "nash_md", "spo", "grpo"], PolicyLaunchSerializer),
     },
     resource_type_field_name="kind",
 )
@@ -69,11 +72,16 @@ class TrainingRunFilter(filters.FilterSet):
     list=extend_schema(summary="Training, rollout and evaluation runs, newest first (researchers and admins)"),
     retrieve=extend_schema(summary="One run with its progress, metrics, log and outcome"),
     create=extend_schema(
-        summary="Launch a rollout or a judge-model run (researchers and admins)",
-        description="`kind` picks the run. `rollout` (the default) plays a policy version on tasks, on the rollouts "
-        "queue. `reward_model`, `prm`, `value_critic` and `generative_critic` train a judge model from a dataset "
-        "snapshot on the training queue, and register it under `models/` when it succeeds. The run is recorded and "
-        "enqueued once the transaction commits; a bad field or setting (`config.<name>`) is a 400 naming it.",
+        summary="Launch a rollout, a judge-model run or a policy fine-tuning run (researchers and admins)",
+        description=(
+            "`kind` picks the run. `rollout` (the default) plays a policy version on tasks, on the rollouts queue. "
+            "`reward_model`, `prm`, `value_critic`, `generative_critic` and `preference_model` train a judge model "
+            "from a dataset snapshot on the training queue, and register it under `models/` when it succeeds. "
+            "`dpo`, `kto`, `sft`, `ppo`, `nash_md`, `spo` and `grpo` fine-tune a policy version (from a snapshot "
+            "or registered judge models) into a new version whose parent it is, then roll it out on review tasks "
+            "and queue blind comparisons against the parent (unless `review.enabled` is false). The run is recorded "
+            "and enqueued once the transaction commits; a bad field or setting (`config.<name>`) is a 400 naming it."
+        ),
         request=RUN_LAUNCH,
         responses={
             201: TrainingRunSerializer,
@@ -98,39 +106,41 @@ class TrainingRunViewSet(
         return TrainingRun.objects.filter(project=self.project).select_related("created_by")
 
     def create(self, request, *args, **kwargs) -> Response:
+        from training.judges import create_judge_run
+        from training.policy_runs import POLICY_RUN_KINDS, create_policy_run
         from training.rollouts import create_rollout_run
-        from training.tasks import rollout
+        from training.tasks import rollout, train_judge, train_policy
 
-        if request.data.get("kind", "rollout") != "rollout":
-            return self._launch_judge(request)
-        launch = RolloutLaunchSerializer(data=request.data, context=self.get_serializer_context())
-        launch.is_valid(raise_exception=True)
-        data = launch.validated_data
+        kind = request.data.get("kind", "rollout")
+        if kind in POLICY_RUN_KINDS:
+            launch = self._validated(PolicyLaunchSerializer, request)
+            return self._launched(request, create_policy_run, train_policy, launch, ("base_policy", "snapshot"))
+        if kind != "rollout":
+            launch = self._validated(JudgeLaunchSerializer, request)
+            return self._launched(request, create_judge_run, train_judge, launch, ("base_policy",))
+        data = self._validated(RolloutLaunchSerializer, request)
         run = create_rollout_run(self.project, data["policy_version"], data["rollout_config"], created_by=request.user)
         rollout.delay_on_commit(run.pk)
         return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
 
-    def _launch_judge(self, request) -> Response:
-        from training.judges import LaunchError, create_judge_run
-        from training.tasks import train_judge
-
-        launch = JudgeLaunchSerializer(data=request.data, context=self.get_serializer_context())
+    def _validated(self, serializer_class, request) -> dict:
+        launch = serializer_class(data=request.data, context=self.get_serializer_context())
         launch.is_valid(raise_exception=True)
-        data = launch.validated_data
+        return dict(launch.validated_data)
+
+    def _launched(self, request, create, task, data: dict, optional: tuple[str, ...]) -> Response:
+        """Store a judge or policy run through `create` (its `LaunchError` becomes a 400 naming each field) and
+        send it to `task` once the transaction commits."""
+        from training.judges import LaunchError
+
+        kind = data.pop("kind")
+        for name in optional:
+            data.setdefault(name, None)
         try:
-            run = create_judge_run(
-                self.project,
-                data["kind"],
-                snapshot=data["snapshot"],
-                base_policy=data.get("base_policy"),
-                base_model=data["base_model"],
-                config=data["config"],
-                judges=data["judges"],
-                created_by=request.user,
-            )
+            run = create(self.project, kind, **data, created_by=request.user)
         except LaunchError as exc:
-            raise serializers.ValidationError(exc.errors) from None
-        train_judge.delay_on_commit(run.pk)
+            raise serializers.ValidationError({name: [reason] for name, reason in exc.errors.items()}) from None
+        task.delay_on_commit(run.pk)
         return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -130,8 +130,22 @@ class TaskSerializer(serializers.ModelSerializer):
         return attrs
 
 
+class WinRateSerializer(serializers.Serializer):
+    parent = serializers.IntegerField(help_text="The parent version it was compared against.")
+    n = serializers.IntegerField(help_text="Current comparisons of one's trajectory against the other's.")
+    wins = serializers.IntegerField()
+    losses = serializers.IntegerField()
+    ties = serializers.IntegerField(help_text="Ties and 'both bad', each counted half.")
+    value = serializers.FloatField(allow_null=True, help_text="The share of comparisons the new version won.")
+    low = serializers.FloatField(allow_null=True, help_text="Wilson 95 % interval, lower end.")
+    high = serializers.FloatField(allow_null=True, help_text="Wilson 95 % interval, upper end.")
+
+
 class PolicyVersionSerializer(serializers.ModelSerializer):
     parent = ProjectRelatedField(model=PolicyVersion, required=False, allow_null=True)
+    human_win_rate = serializers.SerializerMethodField(
+        help_text="How often annotators preferred this version over its parent (null without a parent)."
+    )
 
     class Meta:
         model = PolicyVersion
@@ -147,8 +161,15 @@ class PolicyVersionSerializer(serializers.ModelSerializer):
             "produced_by",
             "notes",
             "created_at",
+            "human_win_rate",
         ]
         read_only_fields = ["produced_by", "created_at"]
+
+    @extend_schema_field(WinRateSerializer(allow_null=True))
+    def get_human_win_rate(self, version: PolicyVersion) -> dict | None:
+        from training.review import human_win_rate
+
+        return human_win_rate(version)
 
     def validate(self, attrs: dict) -> dict:
         merged = {
@@ -346,9 +367,12 @@ class RolloutLaunchSerializer(serializers.Serializer):
 
 class JudgeLaunchSerializer(serializers.Serializer):
     """Launch a judge-model run on a dataset snapshot: reward_model (preference snapshots), prm (stepwise),
-    value_critic (returns) or generative_critic (critiques)."""
+    value_critic (returns), generative_critic (critiques) or preference_model (preference; pairwise, for Nash-MD
+    and SPO)."""
 
-    kind = serializers.ChoiceField(choices=["reward_model", "prm", "value_critic", "generative_critic"])
+    kind = serializers.ChoiceField(
+        choices=["reward_model", "prm", "value_critic", "generative_critic", "preference_model"]
+    )
     snapshot = ProjectRelatedField(model=DatasetSnapshot, help_text="The frozen data it trains on.")
     base_policy = ProjectRelatedField(
         model=PolicyVersion,
@@ -373,6 +397,45 @@ class JudgeLaunchSerializer(serializers.Serializer):
         default=dict,
         help_text="Pipeline settings (see `python -m reward_models.<pipeline> --help`), e.g. learning_rate, "
         "num_epochs, batch_size, ensemble_size; `name` names the registered model.",
+    )
+
+
+class PolicyLaunchSerializer(serializers.Serializer):
+    """Launch a policy fine-tuning run: dpo (step_preference or preference snapshots), kto (unpaired), sft (sft),
+    or ppo, nash_md, spo, grpo (online, from registered judge models)."""
+
+    kind = serializers.ChoiceField(choices=["dpo", "kto", "sft", "ppo", "nash_md", "spo", "grpo"])
+    base_policy = ProjectRelatedField(
+        model=PolicyVersion,
+        required=False,
+        allow_null=True,
+        help_text="The local policy version to fine-tune (default: the project's newest); the new version's parent.",
+    )
+    snapshot = ProjectRelatedField(
+        model=DatasetSnapshot,
+        required=False,
+        allow_null=True,
+        help_text="The frozen labels dpo, kto and sft learn from.",
+    )
+    judges = serializers.DictField(
+        child=ProjectRelatedField(model=RegisteredModel),
+        required=False,
+        default=dict,
+        help_text="Registered judge models by setting: ppo takes reward_model_path, prm_path, value_critic_path; "
+        "nash_md and spo take preference_model_path (a preference model or a reward model); grpo takes "
+        "reward_model_path.",
+    )
+    config = serializers.DictField(
+        required=False,
+        default=dict,
+        help_text="Trainer settings (see `python -m reward_models.finetune.<trainer> --help`), e.g. learning_rate, "
+        "max_steps, beta; `name` names the new policy version.",
+    )
+    review = serializers.DictField(
+        required=False,
+        default=dict,
+        help_text="What happens on success: enabled (default true) rolls the new version out on num_tasks review "
+        "tasks (16) × samples_per_task (1) and queues blind comparisons against its parent at priority (10).",
     )
 
 

@@ -15,6 +15,7 @@ class RunKind(models.TextChoices):
     PRM = "prm", "Process reward model"
     VALUE_CRITIC = "value_critic", "Value critic"
     GENERATIVE_CRITIC = "generative_critic", "Generative critic"
+    PREFERENCE_MODEL = "preference_model", "Preference model (pairwise)"
     DPO = "dpo", "DPO"
     KTO = "kto", "KTO"
     SFT = "sft", "SFT"
@@ -136,6 +137,7 @@ class JudgeKind(models.TextChoices):
     PRM = "prm", "Process reward model"
     VALUE_CRITIC = "value_critic", "Value critic"
     GENERATIVE_CRITIC = "generative_critic", "Generative critic"
+    PREFERENCE_MODEL = "preference_model", "Preference model (pairwise)"
 
 
 class RegisteredModel(models.Model):

@@ -105,15 +105,20 @@ def _workspace(
         "project": project,
         "assignment": assignment,
         "notice": notice,
-        # Blind review hides policy names and outcomes from everyone; annotators never see outcomes.
-        "show_policy_names": not project.blind,
-        "show_outcomes": sees_outcomes(membership) and not project.blind,
+        # Blind review hides policy names and outcomes from everyone; annotators never see outcomes. A new policy
+        # version's comparisons against its parent are always blind.
+        "show_policy_names": not project.blind and not _reviews_new_version(assignment),
+        "show_outcomes": sees_outcomes(membership) and not project.blind and not _reviews_new_version(assignment),
     }
     if assignment is not None:
         context.update(_pair(assignment, context["show_outcomes"]))
         context["form"] = form or ComparisonForm(initial={"strength": 2, "client_token": uuid.uuid4()})
     template_name = TEMPLATE + "#workspace" if request.htmx else TEMPLATE
     return render(request, template_name, context, status=status)
+
+
+def _reviews_new_version(assignment: Assignment | None) -> bool:
+    return assignment is not None and assignment.item.query_strategy == queue.REVIEW_STRATEGY
 
 
 def _pair(assignment: Assignment, show_outcomes: bool) -> dict:

@@ -162,6 +162,18 @@ def test_without_blind_review_researchers_see_outcomes(client, researcher, proje
     assert "success" in body and "failure" in body
 
 
+def test_a_new_versions_comparison_against_its_parent_is_blind_even_in_an_open_project(
+    client, researcher, project, make_trajectory
+):
+    project.blind = False
+    project.save()
+    first, second = make_trajectory(3, success=True), make_trajectory(4, success=False)
+    queue.enqueue_comparisons(project, [(first, second)], query_strategy=queue.REVIEW_STRATEGY)
+    client.force_login(researcher)
+    _, body = shown(client, project)
+    assert "agent-v1" not in body and "success" not in body and "failure" not in body
+
+
 def test_gold_items_look_exactly_like_the_rest(client, annotator, project, make_trajectory):
     first, second = make_trajectory(2), make_trajectory(2)
     QueueItem.objects.create(

@@ -154,7 +154,7 @@ def test_every_judge_kind_names_a_pipeline_that_exists():
     from reward_models.common import JudgeConfig
     from training.judges import PIPELINES
 
-    assert set(PIPELINES) == {"reward_model", "prm", "value_critic", "generative_critic"}
+    assert set(PIPELINES) == {"reward_model", "prm", "value_critic", "generative_critic", "preference_model"}
     for kind, pipeline in PIPELINES.items():
         config_class, main = pipeline.load()
         assert issubclass(config_class, JudgeConfig) and callable(main), kind

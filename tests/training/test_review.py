@@ -1,0 +1,161 @@
+"""A new policy version served back: its review rollout queues blind comparisons against its parent on the same
+tasks (rolling the parent out where it never played them), records both versions' reward-model scores, and the
+annotators' verdicts give the human win rate."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from feedback_app.models import (
+    Comparison,
+    Evaluation,
+    PolicyVersion,
+    QueueItem,
+    RegisteredModel,
+    RunStatus,
+    TrainingRun,
+    Trajectory,
+)
+from feedback_app.queue import REVIEW_STRATEGY
+from training.review import human_win_rate, wilson_interval
+from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
+from training.runs import execute_run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def child_policy(project, tiny_policy):
+    return PolicyVersion.objects.create(
+        project=project, name="tiny+dpo", kind="local", weights_path=tiny_policy.weights_path, parent=tiny_policy
+    )
+
+
+def review_run(project, policy, **config) -> TrainingRun:
+    settings = {"num_tasks": 3, "samples_per_task": 2, "compare_with_parent": True, "review_priority": 7, **config}
+    run = create_rollout_run(project, policy, RolloutConfig(**settings))
+    assert execute_run(run.pk, run_rollout) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    return run
+
+
+def test_a_review_rollout_plays_the_parent_where_needed_and_queues_each_new_trajectory_against_it(
+    project, tiny_policy, child_policy, review_tasks
+):
+    run = review_run(project, child_policy)
+
+    new = Trajectory.objects.filter(rollout_run=run, policy_version=child_policy)
+    parent = Trajectory.objects.filter(rollout_run=run, policy_version=tiny_policy)
+    assert new.count() == 6 and parent.count() == 6  # the parent had never played the review tasks
+    assert run.summary["trajectories"] == 6  # the summary is the new version's
+    items = QueueItem.objects.filter(project=project, query_strategy=REVIEW_STRATEGY)
+    assert items.count() == run.summary["review"]["comparisons"] == 6
+    for item in items.select_related("trajectory", "other_trajectory"):
+        versions = {item.trajectory.policy_version_id, item.other_trajectory.policy_version_id}
+        assert versions == {child_policy.pk, tiny_policy.pk}
+        assert item.trajectory.task_id == item.other_trajectory.task_id
+        assert item.priority == 7 and item.kind == "comparison"
+    assert {item.trajectory_id for item in items} | {item.other_trajectory_id for item in items} >= set(
+        new.values_list("id", flat=True)
+    )
+
+
+def test_a_review_rollout_reuses_the_parents_trajectories_and_repeating_it_queues_nothing_twice(
+    project, tiny_policy, child_policy, review_tasks
+):
+    earlier = create_rollout_run(project, tiny_policy, RolloutConfig(num_tasks=3, samples_per_task=1))
+    execute_run(earlier.pk, run_rollout)
+
+    run = review_run(project, child_policy)
+    assert not Trajectory.objects.filter(rollout_run=run, policy_version=tiny_policy).exists()
+    assert QueueItem.objects.filter(query_strategy=REVIEW_STRATEGY).count() == 6
+
+    # A worker that died after queueing but before marking the run done: taken up again, nothing doubles.
+    TrainingRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    assert execute_run(run.pk, run_rollout) == RunStatus.SUCCEEDED
+    assert QueueItem.objects.filter(query_strategy=REVIEW_STRATEGY).count() == 6
+    assert Trajectory.objects.filter(rollout_run=run).count() == 6
+
+
+def test_a_version_without_a_parent_has_nothing_to_be_compared_with(project, tiny_policy, review_tasks):
+    run = review_run(project, tiny_policy)
+    assert run.summary["review"] == {"comparisons": 0}
+    assert "no parent version" in run.log
+    assert not QueueItem.objects.filter(query_strategy=REVIEW_STRATEGY).exists()
+
+
+def test_the_projects_reward_model_scores_both_versions_review_trajectories(
+    project, tiny_policy, child_policy, review_tasks, tiny_base_model, tmp_path
+):
+    from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
+    from reward_models.reward import RewardConfig, load_reward_model
+    from reward_models.reward import main as train_reward_model
+
+    data = write_jsonl(preference_rows(scripted_episodes(6, per_task=3, seed=3)), tmp_path / "pairs.jsonl")
+    config = RewardConfig(
+        data_path=str(data), base_model=str(tiny_base_model), output_dir=str(tmp_path / "rm"), max_steps=4
+    )
+    train_reward_model(config)
+    rm_run = TrainingRun.objects.create(project=project, kind="reward_model", status=RunStatus.SUCCEEDED)
+    RegisteredModel.objects.create(
+        project=project, name="rm", kind="reward_model", path=config.output_dir, run=rm_run, base_model="tiny"
+    )
+
+    run = review_run(project, child_policy)
+
+    scores = {e.policy_version_id: e for e in Evaluation.objects.filter(run=run, name="rm_score")}
+    assert set(scores) == {child_policy.pk, tiny_policy.pk}
+    assert scores[child_policy.pk].n == 6 and scores[tiny_policy.pk].n == 6
+    from feedback_app.exports.conversation import fetch_conversations
+
+    trajectories = list(Trajectory.objects.filter(rollout_run=run, policy_version=child_policy))
+    messages = [c.messages for c in fetch_conversations([t.pk for t in trajectories]).values()]
+    rewards, _ = load_reward_model(config.output_dir).score([m[:2] for m in messages], [m[2:] for m in messages])
+    assert scores[child_policy.pk].value == pytest.approx(sum(rewards) / len(rewards), abs=1e-5)
+    assert run.summary["review"]["rm_score_new"] == pytest.approx(scores[child_policy.pk].value)
+
+
+def test_the_human_win_rate_counts_current_verdicts_with_ties_as_half(
+    project, annotator, other_annotator, tiny_policy, child_policy, task
+):
+    def trajectory(policy):
+        return Trajectory.objects.create(project=project, task=task, policy_version=policy, num_steps=1)
+
+    def compare(new_wins: str, annotator=annotator):
+        new, old = trajectory(child_policy), trajectory(tiny_policy)
+        a, b = sorted((new, old), key=lambda t: t.pk)
+        choice = {"new": "a" if a == new else "b", "old": "b" if a == new else "a"}.get(new_wins, new_wins)
+        return Comparison.objects.create(
+            project=project, annotator=annotator, trajectory_a=a, trajectory_b=b, choice=choice
+        )
+
+    assert human_win_rate(tiny_policy) is None  # no parent
+    assert human_win_rate(child_policy)["value"] is None
+    for verdict in ("new", "new", "new", "old", "tie", "both_bad"):
+        compare(verdict)
+    superseded = compare("old", annotator=other_annotator)
+    Comparison.objects.filter(pk=superseded.pk).update(is_current=False)
+    # Two trajectories of the same version are not a verdict between versions.
+    Comparison.objects.create(
+        project=project,
+        annotator=annotator,
+        trajectory_a=trajectory(child_policy),
+        trajectory_b=trajectory(child_policy),
+        choice="a",
+    )
+
+    result = human_win_rate(child_policy)
+    assert (result["wins"], result["losses"], result["ties"], result["n"]) == (3, 1, 2, 6)
+    assert result["value"] == pytest.approx(4 / 6)
+    assert result["low"] < result["value"] < result["high"]
+    assert (result["low"], result["high"]) == pytest.approx(wilson_interval(4 / 6, 6))
+
+
+def test_the_wilson_interval_matches_a_worked_example():
+    # 8 successes out of 10: the textbook Wilson 95 % interval is (0.490, 0.943).
+    low, high = wilson_interval(0.8, 10)
+    assert (round(low, 3), round(high, 3)) == (0.490, 0.943)
+    assert wilson_interval(0.0, 5)[0] == 0.0 and wilson_interval(1.0, 5)[1] == 1.0
+    assert not math.isnan(wilson_interval(0.5, 1)[0])

@@ -1,0 +1,362 @@
+"""Policy fine-tuning runs, and serving each new policy back for review.
+
+A run starts from a local `PolicyVersion` (its weights are the policy and, unless the config names another, the
+reference), reads a `DatasetSnapshot` when its method learns from labels offline (DPO, KTO, SFT) and the judge
+models it needs from the registry (PPO: reward model, PRM, value critic; Nash-MD and SPO: a preference model;
+GRPO: a reward model), and hands them to the Django-free trainer in `reward_models.finetune`, with the run recorder
+as its reporter. A trainer's held-out evaluation of the base and the new policy becomes `Evaluation` rows.
+
+Served back: a successful run registers a new `PolicyVersion` whose parent is the base, and (unless the launch set
+`review` off) starts a rollout of it on the project's review tasks; when that rollout lands, comparisons of the new
+version against its parent on the same tasks go to the annotators' queue at high priority, blind (policy names
+hidden whatever the project's setting) and in random left/right order (`training.rollouts`).
+
+The run directory is ``ARTIFACT_ROOT/policies/<project>/<kind>-run-<id>``, the same for every attempt, so a run
+taken up again after its worker was killed resumes from the trainer's last checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from feedback_app.exports.snapshots import snapshot_file, verify_snapshot
+from feedback_app.models import (
+    DatasetSnapshot,
+    Evaluation,
+    JudgeKind,
+    PolicyVersion,
+    Project,
+    RegisteredModel,
+    RunKind,
+    TrainingRun,
+)
+from feedback_app.models.trajectories import PolicyKind, TaskSplit
+from reward_models.common import CHECKPOINT_DIR, ConfigError, config_from_dict
+from training.judges import LaunchError, default_base_policy, json_safe
+from training.runs import RunRecorder
+
+# Settings Tandem fills in itself from the run and the project; a launch may not set them.
+MANAGED_SETTINGS = ("policy_path", "data_path", "output_dir", "snapshot_hash", "environment", "environment_config")
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """Where a method's trainer lives, which snapshot kinds it learns from (none: it learns online) and the settings
+    each implies, which judge models it takes (config setting -> the judge kinds that fit; `required` ones must be
+    given), and the settings its run kind implies."""
+
+    module: str
+    config_class: str
+    export_kinds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    judge_inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    required_judges: tuple[str, ...] = ()
+    implied: Mapping[str, Any] = field(default_factory=dict)
+
+    def load(self) -> tuple[type, Any]:
+        module = importlib.import_module(self.module)
+        return getattr(module, self.config_class), module.main
+
+
+# A Nash-style trainer plays against a pairwise preference model, or a Bradley-Terry reward model's P(a > b).
+PREFERENCE_JUDGES = {"preference_model_path": (JudgeKind.PREFERENCE_MODEL, JudgeKind.REWARD_MODEL)}
+
+TRAINERS: dict[str, Trainer] = {
+    RunKind.DPO: Trainer(
+        "reward_models.finetune.dpo",
+        "DPOConfig",
+        {"step_preference": {"level": "step"}, "preference": {"level": "trajectory"}},
+    ),
+    RunKind.KTO: Trainer("reward_models.finetune.kto", "KTOConfig", {"unpaired": {}}),
+    RunKind.SFT: Trainer("reward_models.finetune.sft", "SFTConfig", {"sft": {}}),
+    RunKind.PPO: Trainer(
+        "reward_models.finetune.ppo",
+        "PPOConfig",
+        judge_inputs={
+            "reward_model_path": (JudgeKind.REWARD_MODEL,),
+            "prm_path": (JudgeKind.PRM,),
+            "value_critic_path": (JudgeKind.VALUE_CRITIC,),
+        },
+    ),
+    RunKind.NASH_MD: Trainer(
+        "reward_models.finetune.nash",
+        "NashConfig",
+        judge_inputs=PREFERENCE_JUDGES,
+        required_judges=("preference_model_path",),
+        implied={"method": "nash_md"},
+    ),
+    RunKind.SPO: Trainer(
+        "reward_models.finetune.nash",
+        "NashConfig",
+        judge_inputs=PREFERENCE_JUDGES,
+        required_judges=("preference_model_path",),
+        implied={"method": "spo"},
+    ),
+    RunKind.GRPO: Trainer(
+        "reward_models.finetune.grpo",
+        "GRPOConfig",
+        judge_inputs={"reward_model_path": (JudgeKind.REWARD_MODEL,)},
+        required_judges=("reward_model_path",),
+    ),
+}
+POLICY_RUN_KINDS = tuple(TRAINERS)
+
+
+@dataclass
+class ReviewOptions:
+    """What happens when the run succeeds: roll the new version out on review tasks and queue comparisons
+    against its parent."""
+
+    enabled: bool = True
+    num_tasks: int = 16
+    samples_per_task: int = 1
+    priority: int = 10
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> ReviewOptions:
+        errors = {f"review.{name}": "unknown option" for name in values if name not in cls.__dataclass_fields__}
+        options = cls(**{name: value for name, value in values.items() if name in cls.__dataclass_fields__})
+        if not isinstance(options.enabled, bool):
+            errors["review.enabled"] = "must be true or false"
+        for name in ("num_tasks", "samples_per_task"):
+            value = getattr(options, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+                errors[f"review.{name}"] = "must be a whole number from 1 to 1000"
+        if isinstance(options.priority, bool) or not isinstance(options.priority, int):
+            errors["review.priority"] = "must be a whole number"
+        if errors:
+            raise LaunchError(errors)
+        return options
+
+
+def run_output_dir(run: TrainingRun) -> Path:
+    return Path(settings.ARTIFACT_ROOT) / "policies" / str(run.project_id) / f"{run.kind}-run-{run.pk}"
+
+
+def policy_config(run: TrainingRun) -> Any:
+    """The trainer config for `run`: its stored settings plus what Tandem fills in (the base policy's weights, the
+    snapshot file, the run directory, the project's environment, the judge models' directories). Raises
+    `ConfigError` naming the bad setting."""
+    trainer = TRAINERS[run.kind]
+    config_class, _ = trainer.load()
+    values = {name: value for name, value in run.config.items() if name != "name"}
+    snapshot_settings = {name for implied in trainer.export_kinds.values() for name in implied}
+    for name in (*MANAGED_SETTINGS, *trainer.judge_inputs, *trainer.implied, *snapshot_settings):
+        if name in values:
+            raise ConfigError(name, "is set by Tandem from the run (base policy, snapshot, judges, environment)")
+    values.update(trainer.implied)
+    values["policy_path"] = run.base_policy.weights_path
+    values["output_dir"] = str(run_output_dir(run))
+    values["environment"] = run.project.environment.dotted_path
+    values["environment_config"] = dict(run.project.environment.config or {})
+    if run.snapshot is not None:
+        values["data_path"] = str(snapshot_file(run.snapshot))
+        values["snapshot_hash"] = run.snapshot.content_hash
+        values.update(trainer.export_kinds.get(run.snapshot.export_kind) or {})
+    for setting, model_id in (run.inputs.get("judges") or {}).items():
+        values[setting] = RegisteredModel.objects.get(pk=model_id, project=run.project).path
+    return config_from_dict(config_class, values)
+
+
+def create_policy_run(
+    project: Project,
+    kind: str,
+    *,
+    base_policy: PolicyVersion | None = None,
+    snapshot: DatasetSnapshot | None = None,
+    judges: Mapping[str, RegisteredModel] | None = None,
+    config: Mapping[str, Any] | None = None,
+    review: Mapping[str, Any] | None = None,
+    created_by=None,
+) -> TrainingRun:
+    """Check a launch and store the queued run (the caller enqueues `training.tasks.train_policy` on commit).
+    Raises `LaunchError` naming every bad field; nothing is stored then."""
+    trainer = TRAINERS.get(kind)
+    if trainer is None:
+        raise LaunchError({"kind": f"not a policy-training kind; the kinds are {', '.join(POLICY_RUN_KINDS)}"})
+    errors: dict[str, str] = {}
+    if base_policy is None:
+        base_policy = default_base_policy(project)
+        if base_policy is None:
+            errors["base_policy"] = "the project has no policy with local weights to fine-tune"
+    elif base_policy.project_id != project.pk:
+        errors["base_policy"] = "belongs to another project"
+    elif base_policy.kind != PolicyKind.LOCAL:
+        errors["base_policy"] = f"is a {base_policy.kind} policy; fine-tuning needs local weights"
+    if trainer.export_kinds:
+        if snapshot is None:
+            errors["snapshot"] = (
+                f"a {kind} run learns from a {' or '.join(trainer.export_kinds)} snapshot; make one from an export"
+            )
+        elif snapshot.project_id != project.pk:
+            errors["snapshot"] = "belongs to another project"
+        elif snapshot.export_kind not in trainer.export_kinds:
+            errors["snapshot"] = (
+                f"is a {snapshot.export_kind} export; a {kind} run reads {' or '.join(trainer.export_kinds)}"
+            )
+    elif snapshot is not None:
+        errors["snapshot"] = f"a {kind} run learns online from its judge models; it takes no snapshot"
+    judge_ids: dict[str, int] = {}
+    for setting, model in (judges or {}).items():
+        wanted = trainer.judge_inputs.get(setting)
+        if wanted is None:
+            takes = ", ".join(trainer.judge_inputs) or "none"
+            errors[f"judges.{setting}"] = f"a {kind} run takes no {setting!r} judge model (it takes: {takes})"
+        elif model.project_id != project.pk:
+            errors[f"judges.{setting}"] = "belongs to another project"
+        elif model.kind not in wanted:
+            errors[f"judges.{setting}"] = f"is a {model.kind}, not a {' or '.join(wanted)}"
+        else:
+            judge_ids[setting] = model.pk
+    for setting in trainer.required_judges:
+        if setting not in (judges or {}):
+            errors[f"judges.{setting}"] = (
+                f"a {kind} run needs a registered {' or '.join(trainer.judge_inputs[setting])}"
+            )
+    name = (config or {}).get("name")
+    if name is not None:
+        if not isinstance(name, str) or not name.strip() or len(name) > 120:
+            errors["config.name"] = "must be text of 1 to 120 characters"
+        elif PolicyVersion.objects.filter(project=project, name=name).exists():
+            errors["config.name"] = f"the project already has a policy version named {name!r}"
+    try:
+        options = ReviewOptions.from_dict(review or {})
+    except LaunchError as exc:
+        errors.update(exc.errors)
+        options = None
+    if errors:
+        raise LaunchError(errors)
+
+    with transaction.atomic():
+        run = TrainingRun.objects.create(
+            project=project,
+            kind=kind,
+            config=dict(config or {}),
+            snapshot=snapshot,
+            base_policy=base_policy,
+            inputs={"judges": judge_ids, "review": asdict(options)},
+            created_by=created_by,
+        )
+        try:
+            policy_config(run)
+        except ConfigError as exc:
+            transaction.set_rollback(True)
+            field_name = f"judges.{exc.field}" if exc.field in trainer.judge_inputs else f"config.{exc.field}"
+            raise LaunchError({field_name: exc.reason}) from None
+    return run
+
+
+def run_policy_training(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
+    """The Celery task's body: verify the snapshot, train, register the new version, send it to review."""
+    if run.snapshot is not None and not verify_snapshot(run.snapshot):
+        raise RuntimeError(
+            f"snapshot {run.snapshot.name!r}: the file {snapshot_file(run.snapshot)} no longer matches its hash "
+            f"{run.snapshot.content_hash[:12]}; refusing to train on changed data"
+        )
+    _, main = TRAINERS[run.kind].load()
+    config = policy_config(run)
+    TrainingRun.objects.filter(pk=run.pk).update(artifact_dir=config.output_dir)
+    data = f" on snapshot {run.snapshot.name!r} ({run.snapshot.row_count} rows)" if run.snapshot else ""
+    recorder.log(f"{run.get_kind_display()} from {run.base_policy.name}{data}")
+    summary = main(config, recorder)
+    version = register_policy(run, config, summary)
+    shutil.rmtree(Path(config.output_dir) / CHECKPOINT_DIR, ignore_errors=True)
+    recorder.log(f"registered policy version {version.name}: {_headline(summary.get('metrics') or {})}")
+    review_run = start_review(run, version)
+    if review_run is not None:
+        recorder.log(f"review rollout run {review_run.pk} queued on {review_run.config['num_tasks']} review tasks")
+    return {
+        **json_safe(summary),
+        "policy_version": version.pk,
+        "review_run": review_run.pk if review_run else None,
+        "config": json_safe(asdict(config)),
+    }
+
+
+def register_policy(run: TrainingRun, config: Any, summary: Mapping[str, Any]) -> PolicyVersion:
+    """The run's new policy version (parent: the base) and its held-out evaluations, and the base's under the same
+    run. Idempotent per run: a run finished twice registers one version."""
+    base = run.base_policy
+    metrics = summary.get("metrics") or {}
+    with transaction.atomic():
+        version = PolicyVersion.objects.filter(produced_by=run).first()
+        if version is None:
+            version = PolicyVersion.objects.create(
+                project=run.project,
+                name=run.config.get("name") or f"{base.name}+{run.kind}-{run.pk}",
+                kind=PolicyKind.LOCAL,
+                weights_path=config.output_dir,
+                generation=dict(base.generation or {}),
+                parent=base,
+                produced_by=run,
+                notes=f"{run.get_kind_display()} run {run.pk} from {base.name}",
+            )
+        Evaluation.objects.filter(run=run).delete()
+        Evaluation.objects.bulk_create(
+            evaluation
+            for policy, figures in ((base, metrics.get("base")), (version, metrics.get("final")))
+            for evaluation in _success_evaluations(run, policy, figures or {})
+        )
+    return version
+
+
+def _success_evaluations(run: TrainingRun, policy: PolicyVersion, figures: Mapping[str, Any]) -> list[Evaluation]:
+    return [
+        Evaluation(
+            project=run.project,
+            policy_version=policy,
+            run=run,
+            name="heldout_success",
+            decoding=decoding,
+            value=figures[f"{decoding}_success"],
+            stderr=figures.get(f"{decoding}_stderr"),
+            n=int(figures.get("tasks") or 0),
+        )
+        for decoding in ("greedy", "sampled")
+        if isinstance(figures.get(f"{decoding}_success"), (int, float))
+    ]
+
+
+def start_review(run: TrainingRun, version: PolicyVersion) -> TrainingRun | None:
+    """Queue the rollout of `version` on the project's review tasks that will send comparisons against its parent
+    to the annotators; None when the launch turned review off or the project has no review tasks. Idempotent."""
+    from training.rollouts import RolloutConfig, create_rollout_run
+    from training.tasks import rollout
+
+    options = ReviewOptions(**run.inputs.get("review", {}))
+    if not options.enabled:
+        return None
+    existing = TrainingRun.objects.filter(kind=RunKind.ROLLOUT, base_policy=version, inputs__review_of=run.pk)
+    if existing.exists():
+        return existing.first()
+    if not run.project.tasks.filter(split=TaskSplit.REVIEW).exists():
+        return None
+    config = RolloutConfig(
+        split=TaskSplit.REVIEW,
+        num_tasks=options.num_tasks,
+        samples_per_task=options.samples_per_task,
+        compare_with_parent=True,
+        review_priority=options.priority,
+        seed=run.pk,
+    )
+    review_run = create_rollout_run(run.project, version, config, created_by=run.created_by)
+    TrainingRun.objects.filter(pk=review_run.pk).update(inputs={"review_of": run.pk})
+    rollout.delay_on_commit(review_run.pk)
+    return review_run
+
+
+def _headline(metrics: Mapping[str, Any]) -> str:
+    base, final = metrics.get("base") or {}, metrics.get("final") or {}
+    shown = [
+        f"{decoding} success {base[key]:.3f} -> {final[key]:.3f}"
+        for decoding in ("greedy", "sampled")
+        if isinstance(base.get(key := f"{decoding}_success"), float) and isinstance(final.get(key), float)
+    ]
+    return ", ".join(shown) or "no held-out figures"
