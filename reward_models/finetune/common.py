@@ -408,3 +408,39 @@ def trainer_time_limit(config: PolicyTrainConfig, started: float):
                 control.should_training_stop = True
 
     return TimeLimit()
+
+
+def train_with_resume(trainer: Any, config: PolicyTrainConfig, reporter: Any, extra: Sequence[str] = ()) -> tuple:
+    """Run a TRL or transformers `trainer` to its end, resuming from the run's last checkpoint. Returns the loss
+    summary (`steps`, `first_loss`, `last_loss`, and the last logged value of each of `extra`, e.g. ``"kl"``) and the
+    checkpoint it resumed from (None for a fresh start)."""
+    from reward_models.common import last_checkpoint
+
+    resume = last_checkpoint(config.output_dir)
+    if resume:
+        reporter.log(f"resuming from {resume}")
+    trainer.train(resume_from_checkpoint=resume)
+    history = [entry for entry in trainer.state.log_history if "loss" in entry]
+    training: dict[str, Any] = {"steps": trainer.state.global_step}
+    if history:
+        training["first_loss"], training["last_loss"] = history[0]["loss"], history[-1]["loss"]
+        for name in extra:
+            if name in history[-1]:
+                training[name.replace("/", "_")] = history[-1][name]
+    return training, resume
+
+
+def final_metrics(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    settings: dict[str, Any],
+    config: PolicyTrainConfig,
+    base: dict[str, float],
+    training: dict[str, Any],
+) -> dict[str, Any]:
+    """The summary's `metrics`: the starting policy's held-out success (`base`), the trained one's (`final`), the
+    gains, and the trainer's own `training` figures."""
+    metrics: dict[str, Any] = {"base": base, "training": training}
+    metrics["final"] = evaluate_policy(model, tokenizer, settings, config, seed=config.seed)
+    metrics.update(success_gain(metrics))
+    return metrics

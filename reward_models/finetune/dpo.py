@@ -65,7 +65,6 @@ from reward_models.common import (
     checkpoint_dir,
     cli,
     finished_summary,
-    last_checkpoint,
     read_rows,
     require,
     resolve_precision,
@@ -77,6 +76,7 @@ from reward_models.finetune.common import (
     PolicyTrainConfig,
     conversation_turns,
     evaluate_policy,
+    final_metrics,
     load_policy_model,
     make_accelerator,
     out_of_time,
@@ -84,8 +84,8 @@ from reward_models.finetune.common import (
     resume_loop_checkpoint,
     save_loop_checkpoint,
     save_trained_policy,
-    success_gain,
     token_logprobs,
+    train_with_resume,
     trainer_time_limit,
     turn_encodings,
 )
@@ -278,10 +278,7 @@ def main(config: DPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         )
     train_seconds = time.monotonic() - started
 
-    tokenizer.padding_side = "left"
-    metrics: dict[str, Any] = {"base": base, "training": training}
-    metrics["final"] = evaluate_policy(model, tokenizer, settings, config, seed=config.seed)
-    metrics.update(success_gain(metrics))
+    metrics = final_metrics(model, tokenizer, settings, config, base, training)
     summary = {
         "metrics": metrics,
         "labels_used": len(pairs),
@@ -374,17 +371,7 @@ def _train_steps(config, model, tokenizer, pairs, steps, reporter, started):
     trainer = step_trainer(
         config, model, tokenizer, pairs, steps, [trainer_callback(reporter), trainer_time_limit(config, started)]
     )
-    resume = last_checkpoint(config.output_dir)
-    if resume:
-        reporter.log(f"resuming from {resume}")
-    trainer.train(resume_from_checkpoint=resume)
-    history = [entry for entry in trainer.state.log_history if "loss" in entry]
-    training = {"steps": trainer.state.global_step}
-    if history:
-        training["first_loss"], training["last_loss"] = history[0]["loss"], history[-1]["loss"]
-        for name in ("rewards/accuracies", "rewards/margins"):
-            if name in history[-1]:
-                training[name.replace("/", "_")] = history[-1][name]
+    training, resume = train_with_resume(trainer, config, reporter, extra=("rewards/accuracies", "rewards/margins"))
     return trainer.model, training, resume
 
 

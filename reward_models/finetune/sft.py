@@ -46,7 +46,6 @@ from reward_models.common import (
     checkpoint_dir,
     cli,
     finished_summary,
-    last_checkpoint,
     read_rows,
     require,
     resolve_precision,
@@ -58,9 +57,10 @@ from reward_models.finetune.common import (
     PolicyTrainConfig,
     conversation_turns,
     evaluate_policy,
+    final_metrics,
     load_policy_model,
     save_trained_policy,
-    success_gain,
+    train_with_resume,
     trainer_time_limit,
     turn_encodings,
 )
@@ -161,21 +161,10 @@ def main(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         steps,
         [trainer_callback(reporter), trainer_time_limit(config, started)],
     )
-    resume = last_checkpoint(config.output_dir)
-    if resume:
-        reporter.log(f"resuming from {resume}")
-    trainer.train(resume_from_checkpoint=resume)
+    training, resume = train_with_resume(trainer, config, reporter)
     train_seconds = time.monotonic() - started
-
-    history = [entry for entry in trainer.state.log_history if "loss" in entry]
-    training: dict[str, Any] = {"steps": trainer.state.global_step}
-    if history:
-        training["first_loss"], training["last_loss"] = history[0]["loss"], history[-1]["loss"]
     model = trainer.model
-    tokenizer.padding_side = "left"
-    metrics: dict[str, Any] = {"base": base, "training": training}
-    metrics["final"] = evaluate_policy(model, tokenizer, settings, config, seed=config.seed)
-    metrics.update(success_gain(metrics))
+    metrics = final_metrics(model, tokenizer, settings, config, base, training)
     summary = {
         "metrics": metrics,
         "labels_used": sum(used.values()),
