@@ -39,6 +39,7 @@ urlpatterns = [
     path("projects/<int:project_pk>/training/judges/", training.launch_judge, name="training-judge"),
     path("projects/<int:project_pk>/training/policies/", training.launch_policy, name="training-policy"),
     path("projects/<int:project_pk>/training/runs/<int:run_pk>/cancel/", training.cancel_run, name="training-cancel"),
+    path("projects/<int:project_pk>/training/runs/<int:run_pk>/", training.run_page, name="training-run"),
     path(
         "projects/<int:project_pk>/history/<str:kind>/<int:label_pk>/",
         history.label_revisions,

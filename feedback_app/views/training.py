@@ -55,6 +55,25 @@ def runs_fragment(request: HttpRequest, project_pk: int) -> HttpResponse:
     return render(request, TEMPLATE + "#runs", _runs_context(project))
 
 
+@require_GET
+@login_required
+def run_page(request: HttpRequest, project_pk: int, run_pk: int) -> HttpResponse:
+    """One run: progress, the metrics series, its held-out figures, a generative critic's sample critiques, the
+    log and the error; polled while it is not finished."""
+    project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
+    run = get_object_or_404(TrainingRun.objects.select_related("base_policy", "snapshot"), project=project, pk=run_pk)
+    names = sorted({name for point in run.metrics for name in point if name != "step"})
+    context = {
+        "project": project,
+        "run": run,
+        "metric_names": names,
+        "metric_rows": [[point.get("step"), *(point.get(name) for name in names)] for point in run.metrics[-50:]],
+        "figures": {k: v for k, v in (run.summary.get("metrics") or {}).items() if isinstance(v, (int, float))},
+        "samples": run.summary.get("samples") or [],
+    }
+    return render(request, "feedback_app/run.html#run" if request.htmx else "feedback_app/run.html", context)
+
+
 @require_POST
 @login_required
 def make_snapshot(request: HttpRequest, project_pk: int) -> HttpResponse:

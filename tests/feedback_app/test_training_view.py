@@ -130,3 +130,28 @@ def test_policy_versions_show_held_out_success_and_the_human_win_rate(client, pr
     row = body[body.index(f'id="policy-{child.pk}"') :].split("</tr>")[0]
     assert "0.625 ± 0.030 / 0.700 ± 0.032" in row and "(200 tasks)" in row
     assert "awaiting labels" in row  # no comparison against the parent yet
+
+
+def test_a_run_page_shows_progress_metrics_figures_samples_and_the_log(client, project, researcher, annotator):
+    run = TrainingRun.objects.create(
+        project=project,
+        kind="generative_critic",
+        status=RunStatus.SUCCEEDED,
+        progress_current=8,
+        progress_total=8,
+        metrics=[{"step": 4, "loss": 2.5}, {"step": 8, "loss": 1.25, "learning_rate": 0.0001}],
+        summary={
+            "metrics": {"eval_loss": 1.5, "base_eval_loss": 3.0},
+            "samples": [{"prompt": "User: . A | G .", "generated": "the agent walks away", "reference": "wrong way"}],
+        },
+        log="12:00:00 trained 8 steps\n",
+    )
+    client.force_login(annotator)
+    assert client.get(url(project, "training-run", run.pk)).status_code == 403
+    client.force_login(researcher)
+    body = client.get(url(project, "training-run", run.pk)).content.decode()
+    assert "8/8" in body and "1.2500" in body and "0.0001" in body  # the series, with gaps shown as —
+    assert "eval_loss" in body and "1.5000" in body
+    assert "the agent walks away" in body and "wrong way" in body
+    assert "trained 8 steps" in body
+    assert 'hx-trigger="every 3s"' not in body  # finished: nothing to poll
