@@ -157,6 +157,7 @@ def judge_throughput(base_dir: Path, work: Path, args) -> dict[str, float]:
         "prm": stepwise_rows(episodes, epsilon=0.1) + intervention_rows(episodes),
         "value_critic": returns_rows(episodes),
         "generative_critic": critique_rows(episodes),
+        "preference_model": preference_rows(episodes),
     }
     figures = {}
     for kind, pipeline in PIPELINES.items():
