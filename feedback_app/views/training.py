@@ -14,7 +14,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -233,7 +232,6 @@ def _page(request: HttpRequest, project: Project, *, errors: dict[str, dict[str,
     policies = list(
         PolicyVersion.objects.filter(project=project)
         .select_related("parent", "produced_by")
-        .prefetch_related(Prefetch("children"))
         .order_by("-created_at", "-id")
     )
     for policy in policies:

@@ -444,3 +444,39 @@ def final_metrics(
     metrics["final"] = evaluate_policy(model, tokenizer, settings, config, seed=config.seed)
     metrics.update(success_gain(metrics))
     return metrics
+
+
+def trl_arguments(config: PolicyTrainConfig, steps: int) -> dict[str, Any]:
+    """The settings every TRL trainer of a policy run shares (pass them to its config class with its own): `steps`
+    optimiser steps with linear decay after a 10 % warm-up, checkpoints in the run's checkpoint folder (the last two
+    kept), the run's precision, no reports, no progress bars (the reporter reports), and no prompt cutting (prompts
+    are cut from the left before they reach TRL)."""
+    from reward_models.common import resolve_precision, trainer_precision_args
+
+    return {
+        "output_dir": str(checkpoint_dir(config.output_dir)),
+        "learning_rate": config.learning_rate,
+        "lr_scheduler_type": "linear",
+        "warmup_steps": math.ceil(0.1 * steps),
+        "max_steps": steps,
+        "per_device_train_batch_size": config.batch_size,
+        "max_length": None,
+        "activation_checkpointing": getattr(config, "gradient_checkpointing", False),
+        "save_steps": config.save_steps,
+        "save_total_limit": 2,
+        "logging_steps": config.logging_steps,
+        "report_to": "none",
+        "disable_tqdm": True,
+        "seed": config.seed,
+        "dataloader_num_workers": 0,
+        **trainer_precision_args(resolve_precision(config.precision)),
+    }
+
+
+def lora_config(config: PolicyTrainConfig) -> Any:
+    """peft's LoRA settings when the run asks for adapters (rank `lora_r`, alpha twice that), else None."""
+    if not config.use_lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(task_type="CAUSAL_LM", r=config.lora_r, lora_alpha=2 * config.lora_r)

@@ -70,7 +70,6 @@ from reward_models.common import (
     resolve_precision,
     seed_everything,
     trainer_callback,
-    trainer_precision_args,
 )
 from reward_models.finetune.common import (
     PolicyTrainConfig,
@@ -78,6 +77,7 @@ from reward_models.finetune.common import (
     evaluate_policy,
     final_metrics,
     load_policy_model,
+    lora_config,
     make_accelerator,
     out_of_time,
     pad_turns,
@@ -87,6 +87,7 @@ from reward_models.finetune.common import (
     token_logprobs,
     train_with_resume,
     trainer_time_limit,
+    trl_arguments,
     turn_encodings,
 )
 from reward_models.policy.turns import Message, TurnEncoding, parse_decision
@@ -321,37 +322,18 @@ def step_trainer(
                 "rejected_ids": rejected.completion_ids[: config.max_length],
             }
         )
-    peft_config = None
-    if config.use_lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(task_type="CAUSAL_LM", r=config.lora_r, lora_alpha=2 * config.lora_r)
+    peft_config = lora_config(config)
     reference = None
     if config.reference != config.policy_path:
         precision = resolve_precision(config.precision)
         reference = load_policy_model(config.reference, precision, trainable=False, field_name="reference_path").model
     args = TRLDPOConfig(
-        output_dir=str(checkpoint_dir(config.output_dir)),
-        learning_rate=config.learning_rate,
-        lr_scheduler_type="linear",
-        warmup_steps=math.ceil(0.1 * steps),
-        max_steps=steps,
-        per_device_train_batch_size=config.batch_size,
+        **trl_arguments(config, steps),
         beta=config.beta,
         loss_type=["sigmoid", "sft"] if config.sft_weight else ["sigmoid"],
         loss_weights=[1.0, config.sft_weight] if config.sft_weight else None,
-        max_length=None,  # prompts were cut from the left above
         precompute_ref_log_probs=config.precompute_ref_log_probs,
         precompute_ref_batch_size=4 * config.batch_size,  # no gradients: a larger batch fits
-        activation_checkpointing=config.gradient_checkpointing,
-        save_steps=config.save_steps,
-        save_total_limit=2,
-        logging_steps=config.logging_steps,
-        report_to="none",
-        disable_tqdm=True,
-        seed=config.seed,
-        dataloader_num_workers=0,
-        **trainer_precision_args(resolve_precision(config.precision)),
     )
     trainer = TurnDPOTrainer(
         model=model,

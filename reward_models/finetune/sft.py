@@ -48,10 +48,8 @@ from reward_models.common import (
     finished_summary,
     read_rows,
     require,
-    resolve_precision,
     seed_everything,
     trainer_callback,
-    trainer_precision_args,
 )
 from reward_models.finetune.common import (
     PolicyTrainConfig,
@@ -59,9 +57,11 @@ from reward_models.finetune.common import (
     evaluate_policy,
     final_metrics,
     load_policy_model,
+    lora_config,
     save_trained_policy,
     train_with_resume,
     trainer_time_limit,
+    trl_arguments,
     turn_encodings,
 )
 
@@ -189,29 +189,8 @@ def sft_trainer(
     from trl import SFTConfig as TRLSFTConfig
     from trl import SFTTrainer
 
-    peft_config = None
-    if config.use_lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(task_type="CAUSAL_LM", r=config.lora_r, lora_alpha=2 * config.lora_r)
-    args = TRLSFTConfig(
-        output_dir=str(checkpoint_dir(config.output_dir)),
-        learning_rate=config.learning_rate,
-        lr_scheduler_type="linear",
-        warmup_steps=math.ceil(0.1 * steps),
-        max_steps=steps,
-        per_device_train_batch_size=config.batch_size,
-        max_length=None,  # prompts were cut from the left above
-        activation_checkpointing=config.gradient_checkpointing,
-        save_steps=config.save_steps,
-        save_total_limit=2,
-        logging_steps=config.logging_steps,
-        report_to="none",
-        disable_tqdm=True,
-        seed=config.seed,
-        dataloader_num_workers=0,
-        **trainer_precision_args(resolve_precision(config.precision)),
-    )
+    peft_config = lora_config(config)
+    args = TRLSFTConfig(**trl_arguments(config, steps))
     trainer = SFTTrainer(
         model=model,
         args=args,
