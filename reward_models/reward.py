@@ -83,6 +83,7 @@ from reward_models.common import (
     trainer_precision_args,
     write_manifest,
 )
+from reward_models.policy.turns import elide_observations
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -93,6 +94,9 @@ MEMBER_FILE = "tandem_member.json"
 # Written into the checkpoint folder: which ensemble member its checkpoints belong to.
 CHECKPOINT_OWNER_FILE = "tandem_member.json"
 TIE_MODES = ("drop", "tie_loss")
+# full: the whole transcript; decisions: only the first and the last observation and every decision (~4x shorter on
+# the gridworld), which makes a CPU-sized reward model quick to train and to score.
+LAYOUTS = ("full", "decisions")
 ENSEMBLE_MODES = ("seed", "bootstrap")
 # Members are centred on their mean reward over at most this many training completions.
 CENTRING_SAMPLE = 256
@@ -110,6 +114,14 @@ class RewardConfig(JudgeConfig):
     ties: str = field(
         default="drop",
         metadata={"help": "Tie rows: drop them, or tie_loss (Bradley-Terry with target 1/2, pulling r_a to r_b)."},
+    )
+
+    layout: str = field(
+        default="full",
+        metadata={
+            "help": "What the model reads: full transcripts, or decisions (observations between the first and the "
+            "last emptied); scoring applies the same layout."
+        },
     )
 
     # Ensemble
@@ -133,6 +145,7 @@ class RewardConfig(JudgeConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.ties in TIE_MODES, "ties", f"must be one of {', '.join(TIE_MODES)}, not {self.ties!r}")
+        require(self.layout in LAYOUTS, "layout", f"must be one of {', '.join(LAYOUTS)}, not {self.layout!r}")
         require(self.ensemble_size >= 1, "ensemble_size", "must be at least 1")
         require(
             self.ensemble_mode in ENSEMBLE_MODES,
@@ -144,6 +157,26 @@ class RewardConfig(JudgeConfig):
 
 
 # --- encoding ----------------------------------------------------------------------------------------------------
+
+
+def apply_layout(prompt: Conversation, completion: Conversation, layout: str) -> tuple[Conversation, Conversation]:
+    """(prompt, completion) as a reward model of `layout` reads them; text rows are always read whole."""
+    if layout == "full" or isinstance(prompt, str):
+        return prompt, completion
+    messages = elide_observations([*prompt, *completion])
+    return messages[: len(prompt)], messages[len(prompt) :]
+
+
+def _row_in_layout(row: dict[str, Any], layout: str) -> dict[str, Any]:
+    if layout == "full" or isinstance(row["prompt"], str):
+        return row
+    prompt = row["prompt"]
+    return {
+        **row,
+        "prompt": apply_layout(prompt, [], layout)[0],
+        "chosen": apply_layout(prompt, row["chosen"], layout)[1],
+        "rejected": apply_layout(prompt, row["rejected"], layout)[1],
+    }
 
 
 def encode(tokenizer: PreTrainedTokenizerBase, prompt: Conversation, completion: Conversation) -> list[int]:
@@ -231,14 +264,17 @@ class RewardModel:
         offsets: Sequence[float],
         max_length: int,
         batch_size: int = 16,
+        layout: str = "full",
     ) -> None:
         self.members = list(members)
+        self.layout = layout
         self.tokenizer = tokenizer
         self.offsets = list(offsets)
         self.max_length = max_length
         self.batch_size = batch_size
 
     def encode(self, prompt: Conversation, completion: Conversation) -> list[int]:
+        prompt, completion = apply_layout(prompt, completion, self.layout)
         return fit_length(encode(self.tokenizer, prompt, completion), self.max_length)
 
     def member_rewards(
@@ -294,7 +330,9 @@ def load_reward_model(path: str | Path, device: str | None = None) -> RewardMode
         offsets.append(json.loads((member_dir / MEMBER_FILE).read_text())["offset"])
     tokenizer = load_tokenizer(path / manifest["members"][0])
     config = manifest["config"]
-    return RewardModel(members, tokenizer, offsets, config["max_length"], config["batch_size"])
+    return RewardModel(
+        members, tokenizer, offsets, config["max_length"], config["batch_size"], config.get("layout", "full")
+    )
 
 
 # --- evaluation --------------------------------------------------------------------------------------------------
@@ -659,6 +697,7 @@ def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, An
     precision = resolve_precision(config.precision)
     rows = read_rows(config.data_path)
     _check_rows(rows)
+    rows = [_row_in_layout(row, config.layout) for row in rows]
     train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
     dropped_ties = 0
     if config.ties == "drop":

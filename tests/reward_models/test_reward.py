@@ -160,6 +160,26 @@ def test_tie_loss_keeps_tie_rows_that_drop_leaves_out(rows, data_path, tiny_base
     assert kept["train_samples"] == dropped["train_samples"] + train_ties
 
 
+def test_a_decisions_layout_model_reads_only_decisions_in_training_and_in_scoring(
+    rows, data_path, tiny_base_model, tmp_path
+):
+    config = make_config(data_path, tiny_base_model, tmp_path / "run", layout="decisions", max_steps=3)
+    main(config)
+    model = load_reward_model(config.output_dir, device="cpu")
+    assert model.layout == "decisions"
+    row = next(row for row in rows if len(row["chosen"]) > 4)
+    elided = model.encode(row["prompt"], row["chosen"])
+    # The observations between the first and the last are not read: changing one leaves the ids as they were,
+    # while a full-layout model reads it.
+    changed = [dict(message) for message in row["chosen"]]
+    middle = next(index for index, message in enumerate(changed[:-1]) if message["role"] == "user")
+    changed[middle]["content"] = "# # # a different map # # #"
+    assert model.encode(row["prompt"], changed) == elided
+    model.layout = "full"
+    assert model.encode(row["prompt"], changed) != model.encode(row["prompt"], row["chosen"])
+    assert len(model.encode(row["prompt"], row["chosen"])) > len(elided)
+
+
 def test_a_bootstrap_ensemble_gives_a_spread_and_resumes_its_current_member(data_path, tiny_base_model, tmp_path):
     config = make_config(
         data_path,
@@ -249,6 +269,7 @@ def test_lora_adapters_are_merged_into_a_model_that_loads_without_peft(data_path
         ({"ensemble_size": 0}, "ensemble_size"),
         ({"ensemble_mode": "bagging"}, "ensemble_mode"),
         ({"ece_bins": 0}, "ece_bins"),
+        ({"layout": "summary"}, "layout"),
         ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps"),
         ({"use_margin": "yes"}, "use_margin"),
         ({"margin_scale": 2.0}, "margin_scale"),
