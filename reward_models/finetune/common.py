@@ -71,6 +71,10 @@ class PolicyTrainConfig:
     )
     eval_tasks: int = field(default=200, metadata={"help": "Held-out tasks for before/after success (0: skip)."})
     eval_temperature: float = field(default=1.0, metadata={"help": "Temperature of the sampled evaluation."})
+    eval_base: bool = field(
+        default=True,
+        metadata={"help": "Also evaluate the starting policy (off when its figures are known: a loop's last round)."},
+    )
 
     def __post_init__(self) -> None:
         require(bool(self.policy_path), "policy_path", "is required")
@@ -191,6 +195,16 @@ def evaluate_policy(
         "mean_length": sampled["mean_length"],
         "tasks": len(seeds),
     }
+
+
+def evaluate_base(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    settings: dict[str, Any],
+    config: PolicyTrainConfig,
+) -> dict[str, float]:
+    """`evaluate_policy` for the starting policy, or {} when `config.eval_base` is off."""
+    return evaluate_policy(model, tokenizer, settings, config, seed=config.seed) if config.eval_base else {}
 
 
 # --- turns, padding and log-probabilities ------------------------------------------------------------------------

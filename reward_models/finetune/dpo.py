@@ -74,7 +74,7 @@ from reward_models.common import (
 from reward_models.finetune.common import (
     PolicyTrainConfig,
     conversation_turns,
-    evaluate_policy,
+    evaluate_base,
     final_metrics,
     load_policy_model,
     lora_config,
@@ -269,7 +269,7 @@ def main(config: DPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         f"{len(pairs)} of {available} pairs ({config.balance} balance), {steps} steps at the {config.level} level"
     )
 
-    base = evaluate_policy(loaded.model, tokenizer, settings, config, seed=config.seed)
+    base = evaluate_base(loaded.model, tokenizer, settings, config)
     started = time.monotonic()
     if config.level == "step":
         model, training, resumed = _train_steps(config, loaded.model, tokenizer, pairs, steps, reporter, started)

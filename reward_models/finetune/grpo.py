@@ -59,6 +59,7 @@ from reward_models.common import (
 from reward_models.finetune.common import (
     PolicyTrainConfig,
     environment_factory,
+    evaluate_base,
     evaluate_policy,
     load_policy_model,
     save_trained_policy,
@@ -277,7 +278,7 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
     else:
         reporter.log(f"evaluating the starting policy on {config.eval_tasks} held-out tasks")
         base = {
-            **evaluate_policy(policy.model, tokenizer, settings, config, seed=config.seed),
+            **evaluate_base(policy.model, tokenizer, settings, config),
             **first_step_accuracy(policy.model, tokenizer, settings, config, seed=config.seed),
         }
         state_file.parent.mkdir(parents=True, exist_ok=True)

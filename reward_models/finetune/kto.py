@@ -58,7 +58,7 @@ from reward_models.common import (
 from reward_models.finetune.common import (
     PolicyTrainConfig,
     conversation_turns,
-    evaluate_policy,
+    evaluate_base,
     final_metrics,
     load_policy_model,
     lora_config,
@@ -183,7 +183,7 @@ def main(config: KTOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
             weights["undesirable_weight"] = desirable / undesirable
     reporter.log(f"{len(examples)} turns ({desirable} desirable) from {used} rows, {steps} steps, {weights}")
 
-    base = evaluate_policy(loaded.model, tokenizer, settings, config, seed=config.seed)
+    base = evaluate_base(loaded.model, tokenizer, settings, config)
     started = time.monotonic()
     random.Random(config.seed).shuffle(examples)
     trainer = kto_trainer(

@@ -62,6 +62,7 @@ from reward_models.finetune.common import (
     PolicyTrainConfig,
     environment_factory,
     episode_encodings,
+    evaluate_base,
     evaluate_policy,
     load_policy_model,
     make_accelerator,
@@ -347,7 +348,7 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
         base = state["base"]
     else:
         reporter.log(f"evaluating the starting policy on {config.eval_tasks} held-out tasks")
-        base = evaluate_policy(accelerator.unwrap_model(model), tokenizer, settings, config, seed=config.seed)
+        base = evaluate_base(accelerator.unwrap_model(model), tokenizer, settings, config)
     history: list[dict[str, float]] = state.get("history", [])
     seconds = float(state.get("train_seconds", 0.0))
 

@@ -69,6 +69,7 @@ from reward_models.finetune.common import (
     TurnBatch,
     environment_factory,
     episode_encodings,
+    evaluate_base,
     evaluate_policy,
     load_policy_model,
     loop_checkpoints,
@@ -646,7 +647,7 @@ def main(config: PPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
             judges.moments = RunningMoments(**state["moments"])
     else:
         run.state = {"kl_beta": config.kl_beta, "train_seconds": 0.0, "selection": [], "best": None}
-        run.state["base"] = evaluate_policy(run.policy, run.tokenizer, run.settings, config, seed=config.seed)
+        run.state["base"] = evaluate_base(run.policy, run.tokenizer, run.settings, config)
         if run.state["base"]:
             reporter.log(_describe("base policy", run.state["base"]))
         if config.selection_tasks:

@@ -54,7 +54,7 @@ from reward_models.common import (
 from reward_models.finetune.common import (
     PolicyTrainConfig,
     conversation_turns,
-    evaluate_policy,
+    evaluate_base,
     final_metrics,
     load_policy_model,
     lora_config,
@@ -151,7 +151,7 @@ def main(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     steps = min(config.max_steps, math.ceil(config.num_epochs * len(examples) / config.batch_size))
     reporter.log(f"{len(examples)} turns from {sum(used.values())} rows ({dict(used)}), {steps} steps")
 
-    base = evaluate_policy(loaded.model, tokenizer, settings, config, seed=config.seed)
+    base = evaluate_base(loaded.model, tokenizer, settings, config)
     started = time.monotonic()
     trainer = sft_trainer(
         config,

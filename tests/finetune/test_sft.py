@@ -139,6 +139,13 @@ def test_sft_makes_the_corrections_more_likely(tiny_policy_dir, rows_path, rows,
     assert manifest["kind"] == "sft_policy"
 
 
+def test_eval_base_off_evaluates_only_the_trained_policy(tiny_policy_dir, rows_path, tmp_path):
+    config = make_config(tiny_policy_dir, rows_path, tmp_path / "run", max_steps=2, eval_tasks=3, eval_base=False)
+    metrics = main(config)["metrics"]
+    assert metrics["base"] == {} and metrics["final"]["tasks"] == 3
+    assert "greedy_gain" not in metrics and "sampled_gain" not in metrics
+
+
 def test_a_cancelled_run_resumes_from_its_checkpoint_and_a_finished_one_returns_its_summary(
     tiny_policy_dir, rows_path, tmp_path
 ):
