@@ -25,7 +25,8 @@ class EnvironmentSpecAdmin(admin.ModelAdmin):
 
 @admin.register(m.Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "environment", "overlap", "blind", "created_at")
+    list_display = ("name", "slug", "environment", "overlap", "blind", "query_strategy", "created_at")
+    list_filter = ("query_strategy",)
     search_fields = ("name", "slug")
     prepopulated_fields = {"slug": ("name",)}
     inlines = [MembershipInline]

@@ -227,6 +227,7 @@ SPECTACULAR_SETTINGS = {
     # Several models have a `status` or `source` with different choices: name each enum after its model.
     "ENUM_NAME_OVERRIDES": {
         "AssignmentStatusEnum": "feedback_app.models.queue.AssignmentStatus",
+        "LabelKindEnum": "feedback_app.models.labels.LabelKind",
         "RunStatusEnum": "feedback_app.models.runs.RunStatus",
         "InterventionStatusEnum": "feedback_app.models.labels.InterventionStatus",
         "TrajectorySourceEnum": "feedback_app.models.trajectories.TrajectorySource",

@@ -3,6 +3,7 @@ the database in one transaction."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
@@ -15,6 +16,7 @@ from reward_models.envs import load_environment
 from reward_models.rollout import Episode, rollout
 from training.policies import policy_for
 from training.runs import RunRecorder
+from training.selection import queue_selection, queue_step_reviews
 
 
 @dataclass
@@ -35,6 +37,20 @@ class RolloutConfig:
         },
     )
     review_priority: int = field(default=10, metadata={"help": "Queue priority of those comparisons."})
+    queue_comparisons: int = field(
+        default=0,
+        metadata={
+            "help": "After storing, queue this many comparisons among the run's trajectories (pairs of one task), "
+            "chosen by the project's query strategy (training.selection)."
+        },
+    )
+    queue_step_labels: int = field(
+        default=0,
+        metadata={
+            "help": "After storing, queue this many of the run's trajectories for step labels: the ones the reward "
+            "model scores lowest under a reward-model strategy, else a random sample."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.split not in TaskSplit.values:
@@ -48,6 +64,10 @@ class RolloutConfig:
             raise ValueError(f"temperature must be positive, got {self.temperature}")
         if not isinstance(self.compare_with_parent, bool):
             raise ValueError(f"compare_with_parent must be true or false, got {self.compare_with_parent!r}")
+        for name in ("queue_comparisons", "queue_step_labels"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a whole number of at least 0, got {value!r}")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RolloutConfig:
@@ -86,7 +106,39 @@ def run_rollout(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
         from training.review import send_to_review
 
         summary["review"] = send_to_review(run, tasks, config, recorder)
+    if config.queue_comparisons or config.queue_step_labels:
+        summary["queued"] = queue_for_labels(run, config, recorder)
     return summary
+
+
+def queue_for_labels(run: TrainingRun, config: RolloutConfig, recorder: RunRecorder) -> dict[str, Any]:
+    """Queue `queue_comparisons` pairs among the run's own trajectories by the project's query strategy, and
+    `queue_step_labels` of them for step labels. Runs once per run: the items and the record of them in
+    `run.inputs["queued"]` are written together, so an attempt taken up again finds the record and queues nothing."""
+    with transaction.atomic():
+        locked = TrainingRun.objects.select_for_update().get(pk=run.pk)
+        if "queued" in locked.inputs:
+            recorder.log("this run's labelling items were queued by an earlier attempt")
+            return locked.inputs["queued"]
+        trajectories = list(Trajectory.objects.filter(rollout_run=run, policy_version=run.base_policy).order_by("id"))
+        rng = random.Random(config.seed)
+        strategy = run.project.query_strategy
+        pairs = queue_selection(run.project, trajectories, config.queue_comparisons, rng=rng, log=recorder.log)
+        steps = queue_step_reviews(run.project, trajectories, config.queue_step_labels, rng=rng, log=recorder.log)
+        queued = {
+            "project_strategy": strategy,
+            "comparisons": len(pairs.items),
+            "comparisons_by_strategy": pairs.by_strategy(),
+            "step_labels": len(steps.items),
+            "step_labels_by_strategy": steps.by_strategy(),
+            "notes": pairs.notes + steps.notes,
+        }
+        TrainingRun.objects.filter(pk=run.pk).update(inputs={**locked.inputs, "queued": queued})
+    recorder.log(
+        f"queued {queued['comparisons']} comparisons {queued['comparisons_by_strategy']} and "
+        f"{queued['step_labels']} step-label items {queued['step_labels_by_strategy']}"
+    )
+    return queued
 
 
 def roll_out(

@@ -26,6 +26,8 @@ from feedback_app.models import Comparison, Critique, FeedbackKind, Intervention
 from feedback_app.models.labels import StaleRevision
 from feedback_app.queue import LeaseLost, complete
 
+STEP_PAGE_KINDS = {FeedbackKind.STEP_LABEL, FeedbackKind.CRITIQUE, FeedbackKind.RATING, FeedbackKind.INTERVENTION}
+
 
 class LabelFilter(filters.FilterSet):
     revisions = filters.ChoiceFilter(
@@ -174,7 +176,8 @@ class LabelViewSet(
         try:
             with transaction.atomic():
                 label.save()
-                if label.assignment is not None:
+                if label.assignment is not None and label.assignment.item.kind != FeedbackKind.STEP_LABEL:
+                    # A step_label item is handed in with assignments/<id>/finish/ once its steps are labelled.
                     complete(label.assignment)
         except IntegrityError:
             # A concurrent retry stored the same client_token, or a concurrent submit labelled the same item.
@@ -235,7 +238,9 @@ class LabelViewSet(
 
     def _check_assignment(self, label) -> None:
         item = label.assignment.item
-        if item.kind != self.kind or {item.trajectory_id, item.other_trajectory_id} - {None} != (
+        # A step_label item is reviewed as on the step page: its critiques, ratings and interventions answer it too.
+        kinds = STEP_PAGE_KINDS if item.kind == FeedbackKind.STEP_LABEL else {item.kind}
+        if self.kind not in kinds or {item.trajectory_id, item.other_trajectory_id} - {None} != (
             self.item_trajectory_ids(label)
         ):
             raise ValidationError({"assignment": ["This assignment is for another item."]})

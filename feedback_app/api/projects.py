@@ -16,6 +16,9 @@ from feedback_app.api.schema import ErrorSerializer
 from feedback_app.api.serializers import PolicyVersionSerializer, ProjectSerializer, TaskSerializer
 from feedback_app.models import Membership, PolicyVersion, Project, Role, Task
 
+# Settings researchers may change through PATCH; every other project setting is for admins.
+RESEARCHER_SETTINGS = {"query_strategy"}
+
 IN_USE = OpenApiResponse(ErrorSerializer, description="Still used by other rows (e.g. trajectories); not deleted.")
 
 
@@ -32,7 +35,9 @@ def destroy_unless_used(instance, what: str) -> Response:
     create=extend_schema(summary="Create a project; the creator becomes its admin"),
     retrieve=extend_schema(summary="One project"),
     update=extend_schema(summary="Change a project's settings (admins)"),
-    partial_update=extend_schema(summary="Change some of a project's settings (admins)"),
+    partial_update=extend_schema(
+        summary="Change some of a project's settings (admins; researchers may change query_strategy)"
+    ),
     destroy=extend_schema(
         summary="Delete a project that holds no trajectories (admins)",
         description="Trajectories (and so labels) protect their project: delete is refused with 409 while any "
@@ -61,7 +66,10 @@ class ProjectViewSet(viewsets.ModelViewSet):
 
     def get_object(self) -> Project:
         pk = self.kwargs["project_pk"]
-        if self.request.method in ("PUT", "PATCH", "DELETE"):
+        data = self.request.data
+        if self.request.method == "PATCH" and isinstance(data, dict) and set(data) <= RESEARCHER_SETTINGS:
+            project, _ = get_project_for_role(self.request, pk, *MANAGER_ROLES)
+        elif self.request.method in ("PUT", "PATCH", "DELETE"):
             project, _ = get_project_for_role(self.request, pk, Role.ADMIN)
         else:
             project = get_membership(self.request, pk).project

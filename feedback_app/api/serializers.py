@@ -13,6 +13,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from feedback_app.api.base import HiddenFieldsMixin
+from feedback_app.labelling import displayed_order
 from feedback_app.models import (
     Assignment,
     Comparison,
@@ -22,6 +23,7 @@ from feedback_app.models import (
     Evaluation,
     FeedbackKind,
     Intervention,
+    LabelKind,
     PolicyVersion,
     Project,
     QueueItem,
@@ -33,6 +35,7 @@ from feedback_app.models import (
     TrainingRun,
     Trajectory,
 )
+from feedback_app.models.projects import QueryStrategy
 from feedback_app.models.trajectories import PolicyKind
 
 RESEARCHERS_ONLY = " Researchers and admins only: annotators do not get this field."
@@ -61,9 +64,21 @@ class ProjectRelatedField(serializers.PrimaryKeyRelatedField):
 # --- Projects -----------------------------------------------------------------------------------------------------
 
 
+class EnvironmentSpecSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = EnvironmentSpec
+        fields = ["name", "dotted_path", "config"]
+        read_only_fields = fields
+
+
 class ProjectSerializer(serializers.ModelSerializer):
     environment = serializers.SlugRelatedField(
         slug_field="name", queryset=EnvironmentSpec.objects.all(), help_text="The environment spec's name."
+    )
+    environment_spec = EnvironmentSpecSerializer(
+        source="environment",
+        read_only=True,
+        help_text="How the environment is built: reward_models.envs.load_environment(dotted_path, config).",
     )
     feedback_kinds = serializers.ListField(
         child=serializers.ChoiceField(choices=FeedbackKind.choices), allow_empty=False, required=False
@@ -79,11 +94,13 @@ class ProjectSerializer(serializers.ModelSerializer):
             "description",
             "guidelines",
             "environment",
+            "environment_spec",
             "feedback_kinds",
             "overlap",
             "blind",
             "lease_minutes",
             "gold_fraction",
+            "query_strategy",
             "role",
             "created_at",
         ]
@@ -92,6 +109,13 @@ class ProjectSerializer(serializers.ModelSerializer):
             "overlap": {"min_value": 1},
             "lease_minutes": {"min_value": 1},
             "gold_fraction": {"min_value": 0.0, "max_value": 1.0},
+            "query_strategy": {
+                "error_messages": {
+                    "invalid_choice": '"{input}" is not a query strategy; choose one of '
+                    + ", ".join(QueryStrategy.values)
+                    + "."
+                }
+            },
         }
 
     def get_role(self, project: Project) -> str | None:
@@ -298,6 +322,51 @@ class AssignmentSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class NextItemSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(
+        choices=LabelKind.choices,
+        required=False,
+        allow_null=True,
+        help_text="Only items of this kind (default: any kind).",
+    )
+
+
+class LeasedAssignmentSerializer(AssignmentSerializer):
+    """An assignment with what a client needs to label its item."""
+
+    kind = serializers.CharField(source="item.kind", read_only=True)
+    task = serializers.IntegerField(source="item.trajectory.task_id", read_only=True)
+    trajectories = serializers.SerializerMethodField(
+        help_text="The item's trajectory ids in the order shown: for a comparison [left, right], randomised per "
+        "assignment as on the compare page. Send the left one as trajectory_a with displayed_order 'ab'."
+    )
+    displayed_order = serializers.SerializerMethodField(
+        help_text="For a comparison: 'ab' when the item's first trajectory (the lower id) is shown on the left, "
+        "else 'ba'; null for other kinds."
+    )
+
+    class Meta(AssignmentSerializer.Meta):
+        fields = [*AssignmentSerializer.Meta.fields, "kind", "task", "trajectories", "displayed_order"]
+        read_only_fields = fields
+
+    def get_trajectories(self, assignment: Assignment) -> list[int]:
+        item = assignment.item
+        if item.other_trajectory_id is None:
+            return [item.trajectory_id]
+        pair = [item.trajectory_id, item.other_trajectory_id]
+        return pair if self.get_displayed_order(assignment) == "ab" else pair[::-1]
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_displayed_order(self, assignment: Assignment) -> str | None:
+        return displayed_order(assignment) if assignment.item.other_trajectory_id is not None else None
+
+
+class SkipSerializer(serializers.Serializer):
+    reason = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, default="", help_text="Why the item is given back."
+    )
+
+
 # --- Runs and evaluations -----------------------------------------------------------------------------------------
 
 
@@ -348,7 +417,8 @@ class RolloutLaunchSerializer(serializers.Serializer):
         required=False,
         default=dict,
         help_text="Rollout settings: task_ids, split, num_tasks, samples_per_task, greedy, temperature, seed, "
-        "max_turns (training.rollouts.RolloutConfig).",
+        "max_turns, compare_with_parent, review_priority, queue_comparisons (pairs to queue by the project's query "
+        "strategy), queue_step_labels (training.rollouts.RolloutConfig).",
     )
 
     def validate(self, attrs: dict) -> dict:
@@ -509,7 +579,9 @@ class LabelSerializer(serializers.ModelSerializer):
         project_path="item__project",
         required=False,
         allow_null=True,
-        help_text="Your assignment this label answers; it is marked done in the same transaction.",
+        help_text="Your assignment this label answers; it is marked done in the same transaction (a step_label "
+        "item, whose critiques, ratings and interventions may answer it too, is handed in with "
+        "assignments/<id>/finish/).",
     )
 
     def validate_assignment(self, assignment: Assignment | None) -> Assignment | None:

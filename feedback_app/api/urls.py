@@ -2,7 +2,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from feedback_app.api import imports, labels, projects, runs, trajectories
+from feedback_app.api import imports, labels, projects, queue, runs, trajectories
 
 router = SimpleRouter(use_regex_path=False)
 router.register("projects", projects.ProjectViewSet, basename="api-project")
@@ -16,6 +16,8 @@ router.register(in_project + "critiques", labels.CritiqueViewSet, basename="api-
 router.register(in_project + "ratings", labels.RatingViewSet, basename="api-rating")
 router.register(in_project + "interventions", labels.InterventionViewSet, basename="api-intervention")
 router.register(in_project + "assignments", runs.AssignmentViewSet, basename="api-assignment")
+# assignments/next/, assignments/<pk>/skip/ and assignments/<pk>/finish/: the queue, as the annotator pages use it.
+router.register(in_project + "assignments", queue.QueueViewSet, basename="api-queue")
 router.register(in_project + "runs", runs.TrainingRunViewSet, basename="api-run")
 router.register(in_project + "evaluations", runs.EvaluationViewSet, basename="api-evaluation")
 router.register(in_project + "models", runs.RegisteredModelViewSet, basename="api-registered-model")

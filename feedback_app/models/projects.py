@@ -22,6 +22,15 @@ def default_lease_minutes() -> int:
     return settings.TANDEM_DEFAULT_LEASE_MINUTES
 
 
+class QueryStrategy(models.TextChoices):
+    """How comparison pairs are picked for the queue (training.selection), recorded on every item and label."""
+
+    RANDOM = "random", "Random pairs"
+    DISAGREEMENT = "disagreement", "Reward-ensemble disagreement"
+    UNCERTAINTY = "uncertainty", "Uncertainty (P(A > B) near 1/2)"
+    NEW_VS_PARENT = "new_vs_parent", "New policy version against its parent"
+
+
 class Role(models.TextChoices):
     ANNOTATOR = "annotator", "Annotator"
     RESEARCHER = "researcher", "Researcher"
@@ -75,6 +84,14 @@ class Project(models.Model):
     gold_fraction = models.FloatField(
         default=0.1, help_text="Share of served items that are gold items, while unanswered gold items remain."
     )
+    query_strategy = models.CharField(
+        max_length=16,
+        choices=QueryStrategy.choices,
+        default=QueryStrategy.RANDOM,
+        help_text="Which comparison pairs a rollout queues: random; disagreement (where the reward-model ensemble "
+        "members disagree most); uncertainty (P(A > B) nearest 1/2); or new_vs_parent (a fresh policy version against "
+        "its parent). The two reward-model strategies fall back to random while the project has no reward model.",
+    )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -85,6 +102,9 @@ class Project(models.Model):
             models.CheckConstraint(condition=models.Q(lease_minutes__gte=1), name="project_lease_positive"),
             models.CheckConstraint(
                 condition=models.Q(gold_fraction__gte=0, gold_fraction__lte=1), name="project_gold_fraction_0_to_1"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(query_strategy__in=QueryStrategy.values), name="project_valid_query_strategy"
             ),
         ]
 

@@ -1,0 +1,327 @@
+"""Simulated annotators: the B-Pref scripted teacher's answers, and a simulated annotator labelling a real server's
+queue over HTTP at the configured mistake rate."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from feedback_app.simulated import (
+    ApiClient,
+    ScriptedTeacher,
+    SimulatedAnnotator,
+    TeacherConfig,
+    myopic_return,
+    run_crowd,
+)
+from reward_models.envs import GridWorld
+
+# A 5x5 map with the goal four steps right of the start; up and left at the start bump into the edge.
+CORRIDOR = {"seed": 0, "instruction": "reach the goal G", "layout": ["A...G", ".....", ".....", ".....", "....."]}
+BEST = ["right"] * 4
+
+
+@pytest.fixture
+def oracle():
+    return GridWorld().oracle(CORRIDOR)
+
+
+def _binomial_bounds(n: int, p: float, sigmas: float = 4.0) -> tuple[float, float]:
+    spread = sigmas * math.sqrt(n * p * (1 - p))
+    return n * p - spread, n * p + spread
+
+
+# --- The teacher ----------------------------------------------------------------------------------------------------
+
+
+def test_a_perfectly_rational_teacher_always_prefers_the_higher_return(oracle):
+    teacher = ScriptedTeacher(TeacherConfig())
+    worse = ["right", "right", "down"]
+    assert {teacher.compare(oracle, BEST, worse) for _ in range(50)} == {"a"}
+    assert {teacher.compare(oracle, worse, BEST) for _ in range(50)} == {"b"}
+
+
+def test_a_finite_beta_prefers_the_better_one_with_the_bradley_terry_probability(oracle):
+    better, worse = ["right", "right"], ["right"]  # progress 0.25 against 0.125
+    margin = myopic_return(oracle, better) - myopic_return(oracle, worse)
+    assert margin == pytest.approx(0.125)
+    beta = 1.0 / margin  # P(better) = sigmoid(1) = 0.731
+    teacher = ScriptedTeacher(TeacherConfig(beta=beta, seed=3))
+    n = 2000
+    wins = sum(teacher.compare(oracle, better, worse) == "a" for _ in range(n))
+    low, high = _binomial_bounds(n, 1 / (1 + math.exp(-1)))
+    assert low <= wins <= high
+    coin = ScriptedTeacher(TeacherConfig(beta=0.0, seed=3))
+    low, high = _binomial_bounds(n, 0.5)
+    assert low <= sum(coin.compare(oracle, better, worse) == "a" for _ in range(n)) <= high
+
+
+def test_myopia_weighs_the_last_steps_most(oracle):
+    # Both end three steps from the goal; one got there early and then stepped back, the other only at the end.
+    early_then_back, late = ["right", "right", "left"], ["up", "up", "right"]
+    assert ScriptedTeacher(TeacherConfig(gamma=1.0)).compare(oracle, early_then_back, late) == "tie"
+    assert ScriptedTeacher(TeacherConfig(gamma=0.5)).compare(oracle, early_then_back, late) == "b"
+
+
+def test_mistakes_flip_the_choice_at_the_configured_rate_but_never_a_tie(oracle):
+    teacher = ScriptedTeacher(TeacherConfig(epsilon=0.25, seed=11))
+    n = 2000
+    flipped = sum(teacher.compare(oracle, BEST, ["down"]) == "b" for _ in range(n))
+    low, high = _binomial_bounds(n, 0.25)
+    assert low <= flipped <= high
+    always_wrong = ScriptedTeacher(TeacherConfig(epsilon=1.0))
+    assert always_wrong.compare(oracle, BEST, ["down"]) == "b"
+    assert always_wrong.compare(oracle, ["up"], ["left"]) == "tie"
+
+
+def test_the_teacher_skips_pairs_where_neither_is_good_enough(oracle):
+    teacher = ScriptedTeacher(TeacherConfig(skip_threshold=0.5))
+    assert teacher.compare(oracle, ["right"], ["down"]) is None  # best return 0.125
+    assert teacher.compare(oracle, BEST, ["down"]) == "a"  # a success scores above 1
+
+
+def test_returns_within_the_equal_threshold_are_a_tie(oracle):
+    teacher = ScriptedTeacher(TeacherConfig(equal_threshold=0.2))
+    assert teacher.compare(oracle, ["right", "right"], ["right"]) == "tie"  # 0.125 apart
+    assert teacher.compare(oracle, BEST, ["right"]) == "a"
+
+
+def test_the_same_seed_gives_the_same_answers(oracle):
+    def answers(seed: int) -> list:
+        teacher = ScriptedTeacher(TeacherConfig(beta=4.0, epsilon=0.2, seed=seed))
+        return [teacher.compare(oracle, ["right", "right"], ["right"]) for _ in range(40)]
+
+    assert answers(5) == answers(5)
+    assert answers(5) != answers(6)
+
+
+def test_step_labels_follow_the_oracle_and_mistakes_flip_them(oracle):
+    actions = ["right", "down", "up", "right"]
+    assert oracle.step_correct(actions) == [True, False, True, True]
+    assert ScriptedTeacher(TeacherConfig()).step_values(oracle, actions) == [1, -1, 1, 1]
+    assert ScriptedTeacher(TeacherConfig(epsilon=1.0)).step_values(oracle, actions) == [-1, 1, -1, -1]
+
+
+def test_the_critique_names_the_first_wrong_step_and_the_better_action(oracle):
+    teacher = ScriptedTeacher(TeacherConfig())
+    assert teacher.critique(oracle, ["right", "down", "up"]) == (
+        "step 2 is wrong : down moves away from the goal ; right was better"
+    )
+    assert teacher.critique(oracle, BEST) == "every step moves toward the goal ; the agent reaches the goal"
+
+
+def test_the_correction_is_the_oracles_best_action_at_the_first_wrong_step(oracle):
+    teacher = ScriptedTeacher(TeacherConfig())
+    assert teacher.correction(oracle, ["right", "right", "left", "right"]) == (2, "right")
+    assert teacher.correction(oracle, BEST) is None
+
+
+def test_teacher_settings_from_json_name_the_bad_field():
+    assert TeacherConfig.from_dict({"beta": "inf", "epsilon": 0.1}) == TeacherConfig(epsilon=0.1)
+    with pytest.raises(ValueError, match="^gama: unknown teacher setting"):
+        TeacherConfig.from_dict({"gama": 0.9})
+    with pytest.raises(ValueError, match=r"^gamma: must be in \(0, 1\]"):
+        TeacherConfig.from_dict({"gamma": 0})
+    with pytest.raises(ValueError, match="^epsilon: expected a number"):
+        TeacherConfig.from_dict({"epsilon": "often"})
+    with pytest.raises(ValueError, match="^beta: expected a number or 'inf'"):
+        TeacherConfig.from_dict({"beta": "rational"})
+
+
+# --- Through a real server --------------------------------------------------------------------------------------
+
+
+def _store_trajectory(project, task, actions: list[str]):
+    from feedback_app.models import Step, Trajectory
+
+    trajectory = Trajectory.objects.create(project=project, task=task, source="import", num_steps=len(actions))
+    Step.objects.bulk_create(
+        Step(trajectory=trajectory, index=i, observation=f"obs {i}", action=action) for i, action in enumerate(actions)
+    )
+    return trajectory
+
+
+@pytest.fixture
+def gridworld_pairs(project):
+    """Comparisons of three trajectories per gridworld task (the shortest path, and the same cut one and two steps
+    short), stored in a random order so the better one is sometimes the lower id; queued with strategy
+    "uncertainty". Returns the oracle's preferred trajectory id for each queued pair."""
+    from feedback_app import queue
+    from feedback_app.models import Task
+
+    env, rng, better = GridWorld(), random.Random(0), {}
+    project.gold_fraction = 0.0
+    project.save(update_fields=["gold_fraction"])
+    seed, pairs = 0, []
+    while len(pairs) < 81:
+        spec = env.make_task(seed)
+        seed += 1
+        oracle = env.oracle(spec)
+        if oracle.shortest_path_length() < 3:
+            continue
+        task = Task.objects.create(project=project, seed=spec["seed"], instruction=spec["instruction"], spec=spec)
+        path = []
+        while not oracle.success(path):
+            path.append(oracle.best_actions(path)[0])
+        versions = [path, path[:-1], path[:-2]]
+        rng.shuffle(versions)
+        stored = [(_store_trajectory(project, task, actions), oracle.progress_return(actions)) for actions in versions]
+        for i, (one, one_return) in enumerate(stored):
+            for other, other_return in stored[i + 1 :]:
+                pairs.append((one, other))
+                better[frozenset((one.pk, other.pk))] = one.pk if one_return > other_return else other.pk
+    queue.enqueue_comparisons(project, pairs, query_strategy="uncertainty", overlap=1)
+    return better
+
+
+def test_a_simulated_annotator_labels_the_queue_over_http_at_its_mistake_rate(
+    live_server, project, annotator, gridworld_pairs
+):
+    from feedback_app import labelling
+    from feedback_app.models import ApiToken, Comparison, QueueItem
+
+    _, key = ApiToken.issue(annotator, "simulated")
+    teacher = ScriptedTeacher(TeacherConfig(epsilon=0.25, seed=1))
+    counts = SimulatedAnnotator(ApiClient(live_server.url, key), project.pk, teacher).run(kinds=("comparison",))
+
+    n = len(gridworld_pairs)
+    assert counts["comparison"] == counts["items"] == n and counts["skipped"] == counts["lost"] == 0
+    assert not QueueItem.objects.filter(project=project, completed_count=0).exists()
+    labels = list(Comparison.objects.filter(project=project).select_related("assignment"))
+    assert len(labels) == n
+    agreed = 0
+    for label in labels:
+        oracle_choice = (
+            "a"
+            if gridworld_pairs[frozenset((label.trajectory_a_id, label.trajectory_b_id))] == (label.trajectory_a_id)
+            else "b"
+        )
+        agreed += label.choice == oracle_choice
+        # Labels carry the queue item's strategy and the left/right order the compare page would have shown.
+        assert (label.annotator, label.query_strategy) == (annotator, "uncertainty")
+        assert label.displayed_order == labelling.displayed_order(label.assignment)
+    low, high = _binomial_bounds(n, 0.75)
+    assert low <= agreed <= high, (agreed, n)
+    assert {label.displayed_order for label in labels} == {"ab", "ba"}
+
+
+def test_a_simulated_annotator_labels_steps_critiques_and_intervenes_on_a_step_item(
+    live_server, project, task, annotator
+):
+    from feedback_app import queue
+    from feedback_app.models import ApiToken, Assignment, Critique, Intervention, StepLabel
+
+    spec = {"seed": task.seed, "instruction": task.instruction, **task.spec}
+    oracle = GridWorld().oracle(spec)
+    path = []
+    while not oracle.success(path):
+        path.append(oracle.best_actions(path)[0])
+    wrong = next(a for a in ("up", "down", "left", "right") if a not in oracle.best_actions(path[:1]))
+    actions = [path[0], wrong, *path[1:3]]
+    trajectory = _store_trajectory(project, task, actions)
+    (item,) = queue.enqueue_trajectories(project, [trajectory], query_strategy="disagreement", overlap=1)
+    _, key = ApiToken.issue(annotator, "simulated")
+
+    counts = SimulatedAnnotator(ApiClient(live_server.url, key), project.pk, ScriptedTeacher()).run()
+
+    assert counts == {
+        "items": 1,
+        "comparison": 0,
+        "step_label": len(actions),
+        "critique": 1,
+        "intervention": 1,
+        "skipped": 0,
+        "lost": 0,
+    }
+    expected = [1 if ok else -1 for ok in oracle.step_correct(actions)]
+    assert expected[1] == -1
+    values = list(
+        StepLabel.objects.filter(annotator=annotator).order_by("step__index").values_list("value", flat=True)
+    )
+    assert values == expected
+    critique = Critique.objects.get(annotator=annotator)
+    assert critique.text.startswith(f"step 2 is wrong : {wrong} moves away from the goal") and critique.step.index == 1
+    intervention = Intervention.objects.get(annotator=annotator)
+    assert intervention.step.index == 1 and intervention.corrected_action in oracle.best_actions(actions[:1])
+    assignment = Assignment.objects.get(item=item)
+    assert assignment.status == "done"
+    item.refresh_from_db()
+    assert item.completed_count == 1
+    for model in (StepLabel, Critique, Intervention):
+        assert set(model.objects.values_list("query_strategy", "assignment")) == {("disagreement", assignment.pk)}
+
+
+def test_a_crowd_labels_each_item_once_per_slot(live_server, project, annotator, other_annotator, gridworld_pairs):
+    from feedback_app.models import ApiToken, Comparison
+
+    keys = [ApiToken.issue(user, "simulated")[1] for user in (annotator, other_annotator)]
+    result = run_crowd(
+        live_server.url,
+        project.pk,
+        [(keys[0], TeacherConfig(seed=1)), (keys[1], TeacherConfig(seed=2))],
+        max_labels=10,
+        environment=GridWorld(),
+    )
+    assert [counts["comparison"] for counts in result["members"]] == [10, 10]
+    assert result["total"]["comparison"] == 20 == Comparison.objects.count()
+    # Overlap 1: the two never labelled the same pair; a rational teacher always agrees with the oracle.
+    pairs = {(c.trajectory_a_id, c.trajectory_b_id) for c in Comparison.objects.all()}
+    assert len(pairs) == 20
+    for label in Comparison.objects.all():
+        assert gridworld_pairs[frozenset(pair := (label.trajectory_a_id, label.trajectory_b_id))] == (
+            pair[0] if label.choice == "a" else pair[1]
+        )
+
+
+# --- The management command -------------------------------------------------------------------------------------
+
+
+def test_the_command_runs_a_crowd_from_a_json_file(live_server, project, gridworld_pairs, tmp_path, capsys):
+    from feedback_app.models import ApiToken, Comparison, Membership
+
+    crowd = tmp_path / "crowd.json"
+    crowd.write_text(json.dumps([{"name": "careful"}, {"name": "sloppy", "epsilon": 0.5, "beta": 2}]))
+    call_command("simulate_annotators", project=str(project.pk), url=live_server.url, crowd=crowd, max_labels=3)
+    out = capsys.readouterr().out
+    assert "sim-careful: 3 items answered (3 comparisons" in out and "sim-sloppy: 3 items" in out
+    assert "total: 6 items answered" in out
+    members = Membership.objects.filter(project=project, user__username__in=["sim-careful", "sim-sloppy"])
+    assert set(members.values_list("role", flat=True)) == {"annotator"} and members.count() == 2
+    assert Comparison.objects.filter(annotator__username="sim-sloppy").count() == 3
+    assert not ApiToken.objects.filter(name="simulate_annotators", revoked_at__isnull=True).exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"project": "no-such-project", "count": 1}, "project: no project with slug 'no-such-project'"),
+        ({"count": 0}, "count: must be at least 1"),
+        ({"count": 2, "epsilon": 1.5}, r"epsilon: must be in \[0, 1\]"),
+        ({"count": 1, "max_labels": 0}, "max-labels: must be at least 1"),
+    ],
+)
+def test_the_command_refuses_bad_options_naming_them(db, project, options, message):
+    options = {"project": str(project.pk), **options}
+    with pytest.raises(CommandError, match=message):
+        call_command("simulate_annotators", **options)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "crowd: .* is not valid JSON"),
+        ("[]", "crowd: give a non-empty JSON list"),
+        ('[{"name": "a", "gama": 1}]', r"crowd\[0\]\.gama: unknown teacher setting"),
+        ('[{"name": "a"}, {"name": "a"}]', r"crowd\[1\]\.name: 'a' is used twice"),
+        ('[{"name": "a b"}]', r"crowd\[0\]\.name: letters, digits"),
+    ],
+)
+def test_the_command_refuses_a_bad_crowd_file_naming_the_entry(db, project, tmp_path, content, message):
+    crowd = tmp_path / "crowd.json"
+    crowd.write_text(content)
+    with pytest.raises(CommandError, match=message):
+        call_command("simulate_annotators", project=project.slug, crowd=crowd)
