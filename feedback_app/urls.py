@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from feedback_app.views import (
     compare,
+    dashboard,
     health,
     history,
     intervene,
@@ -20,6 +21,15 @@ urlpatterns = [
     path("", projects.home, name="home"),
     path("projects/<int:project_pk>/", projects.project_detail, name="project-detail"),
     path("projects/<int:project_pk>/quality/", quality.project_quality, name="project-quality"),
+    # The researcher's dashboard (feedback_app/views/dashboard.py).
+    path("projects/<int:project_pk>/dashboard/", dashboard.overview, name="project-dashboard"),
+    path(
+        "projects/<int:project_pk>/dashboard/query-strategy/",
+        dashboard.set_query_strategy,
+        name="project-query-strategy",
+    ),
+    path("projects/<int:project_pk>/models/", dashboard.models_page, name="project-models"),
+    path("projects/<int:project_pk>/leaderboard/", dashboard.leaderboard, name="project-leaderboard"),
     path(
         "projects/<int:project_pk>/trajectories/<int:trajectory_pk>/",
         trajectories.trajectory_detail,
@@ -36,10 +46,10 @@ urlpatterns = [
     path("projects/<int:project_pk>/training/", training.training_page, name="training"),
     path("projects/<int:project_pk>/training/runs/", training.runs_fragment, name="training-runs"),
     path("projects/<int:project_pk>/training/snapshots/", training.make_snapshot, name="training-snapshot"),
-    path("projects/<int:project_pk>/training/judges/", training.launch_judge, name="training-judge"),
-    path("projects/<int:project_pk>/training/policies/", training.launch_policy, name="training-policy"),
+    path("projects/<int:project_pk>/training/launch/", training.launch, name="training-launch"),
     path("projects/<int:project_pk>/training/runs/<int:run_pk>/cancel/", training.cancel_run, name="training-cancel"),
     path("projects/<int:project_pk>/training/runs/<int:run_pk>/", training.run_page, name="training-run"),
+    path("projects/<int:project_pk>/training/runs/<int:run_pk>/rerun/", training.rerun_run, name="training-rerun"),
     path(
         "projects/<int:project_pk>/history/<str:kind>/<int:label_pk>/",
         history.label_revisions,

@@ -1,15 +1,19 @@
-"""The researcher's training page: freeze labels into a snapshot, train judge models, fine-tune the policy, and
-watch the runs (progress polled by htmx, cancel), the registry and the policy versions with their evaluations.
+"""The researcher's training page: freeze labels into a snapshot, launch any kind of run, and watch the runs (live
+progress with an ETA, cancel, re-run), the registry and the policy versions with their evaluations; and a page per
+run with its progress, metric curves, held-out figures, config and log tail, polled by htmx while it runs.
 
-Every form posts, and a good one redirects back here (the run appears in the table at once, queued); a bad one
-comes back with status 400 and the reasons beside the fields they name. The same checks as the REST API's run
-the launch (`training.judges.create_judge_run`, `training.policy_runs.create_policy_run`).
+The launch form is one per run kind, generated from the kind's config dataclass (`feedback_app.launch_forms`); a
+kind selector swaps it in by htmx (and works as a plain GET without JavaScript). A good launch redirects to the new
+run's page; a bad one comes back with status 400 and each reason beside the input it names. Launch and re-run go
+through `launch_forms.launch_run`, i.e. the same create functions and checks as the REST API.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -17,15 +21,30 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from feedback_app.access import MANAGER_ROLES, get_project_for_role
+from feedback_app.charts import line_chart
 from feedback_app.exports.filters import ExportFilters, ExportKind, ExportRequestError
 from feedback_app.exports.snapshots import create_snapshot
+from feedback_app.launch_forms import (
+    LAUNCH_KINDS,
+    SNAPSHOT_FILTERS,
+    NewSnapshot,
+    RunForm,
+    Setting,
+    config_from_form,
+    launch_run,
+    launch_values,
+    rerun,
+    run_form,
+)
 from feedback_app.models import (
     DatasetSnapshot,
     Evaluation,
-    JudgeKind,
     PolicyVersion,
     Project,
     RegisteredModel,
@@ -33,17 +52,30 @@ from feedback_app.models import (
     TrainingRun,
 )
 from feedback_app.models.trajectories import PolicyKind
+from training.judges import LaunchError
 
 TEMPLATE = "feedback_app/training.html"
+RUN_TEMPLATE = "feedback_app/run.html"
 # Export kinds worth freezing from the page (raw is for archives, not training).
 SNAPSHOT_KINDS = [kind for kind in ExportKind if kind != ExportKind.RAW]
+LOG_TAIL_LINES = 80
+# A chart of more points than this draws every k-th (and the last): the curve reads the same, the page stays light.
+MAX_CHART_POINTS = 300
+# Metric names whose curves come first on the run page, in this order; the rest follow alphabetically.
+HEADLINE_METRICS = ("loss", "reward", "kl", "acc")
 
 
 @require_GET
 @login_required
+@vary_on_headers("HX-Request")
 def training_page(request: HttpRequest, project_pk: int) -> HttpResponse:
+    """The page; with `?kind=` the launch form of that kind, which is all an htmx request (the kind selector) gets."""
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
-    return _page(request, project)
+    kind = request.GET.get("kind", "")
+    kind = kind if kind in LAUNCH_KINDS else LAUNCH_KINDS[0]
+    if request.htmx:
+        return render(request, TEMPLATE + "#launch-form", {"project": project, "launch": _launch_form(project, kind)})
+    return _page(request, project, kind=kind)
 
 
 @require_GET
@@ -56,21 +88,14 @@ def runs_fragment(request: HttpRequest, project_pk: int) -> HttpResponse:
 
 @require_GET
 @login_required
+@vary_on_headers("HX-Request")
 def run_page(request: HttpRequest, project_pk: int, run_pk: int) -> HttpResponse:
-    """One run: progress, the metrics series, its held-out figures, a generative critic's sample critiques, the
-    log and the error; polled while it is not finished."""
+    """One run: progress with its ETA, metric curves, held-out figures, a generative critic's sample critiques, the
+    config, the log tail and the error; polled while it is not finished. The metrics series is a column of the run's
+    own row, so a poll costs the same few queries however long the series grows."""
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
     run = get_object_or_404(TrainingRun.objects.select_related("base_policy", "snapshot"), project=project, pk=run_pk)
-    names = sorted({name for point in run.metrics for name in point if name != "step"})
-    context = {
-        "project": project,
-        "run": run,
-        "metric_names": names,
-        "metric_rows": [[point.get("step"), *(point.get(name) for name in names)] for point in run.metrics[-50:]],
-        "figures": {k: v for k, v in (run.summary.get("metrics") or {}).items() if isinstance(v, (int, float))},
-        "samples": run.summary.get("samples") or [],
-    }
-    return render(request, "feedback_app/run.html#run" if request.htmx else "feedback_app/run.html", context)
+    return render(request, RUN_TEMPLATE + "#run" if request.htmx else RUN_TEMPLATE, _run_context(project, run))
 
 
 @require_POST
@@ -79,81 +104,73 @@ def make_snapshot(request: HttpRequest, project_pk: int) -> HttpResponse:
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
     kind, name = request.POST.get("export_kind", ""), request.POST.get("name", "")
     if kind not in ExportKind._value2member_map_:
-        return _page(request, project, errors={"snapshot": {"export_kind": f"not an export kind: {kind!r}"}})
+        return _page(request, project, snapshot_errors={"export_kind": f"not an export kind: {kind!r}"})
     try:
         filters = ExportFilters.from_query({"ties": request.POST["ties"]} if request.POST.get("ties") else {})
         snapshot = create_snapshot(project, kind, filters, user=request.user, name=name)
     except ExportRequestError as exc:
-        return _page(request, project, errors={"snapshot": exc.errors})
+        return _page(request, project, snapshot_errors=exc.errors)
     messages.success(request, f"Snapshot {snapshot.name!r}: {snapshot.row_count} {kind} rows frozen.")
     return _back(project)
 
 
 @require_POST
 @login_required
-def launch_judge(request: HttpRequest, project_pk: int) -> HttpResponse:
-    from training.judges import create_judge_run
-    from training.tasks import train_judge
-
+def launch(request: HttpRequest, project_pk: int) -> HttpResponse:
+    """Launch a run of any kind from its form (and freeze a snapshot from filters first when the form asks)."""
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
-    errors: dict[str, str] = {}
-    config = _settings(request, errors)
-    snapshot = _pick(project.snapshots, request.POST.get("snapshot"), "snapshot", errors)
-    judges = {
-        setting: model
-        for setting in ("reward_model", "prm")
-        if (model := _pick(project.registered_models, request.POST.get(setting), setting, errors)) is not None
-    }
-    launch = {"snapshot": snapshot, "config": config, "judges": judges}
-    return _launch(request, project, "judge", create_judge_run, train_judge, errors, launch)
+    data = {key: request.POST.getlist(key)[-1] for key in request.POST}  # a ticked checkbox follows its hidden "false"
+    try:
+        form = run_form(data.get("kind", ""))
+    except LaunchError as exc:
+        return _page(request, project, launch_errors=exc.errors)
+    launch_args, errors = _launch_args(project, form, data)
+    try:
+        if errors:
+            raise LaunchError(errors)
+        run = launch_run(project, form.kind, **launch_args, created_by=request.user)
+    except LaunchError as exc:
+        return _page(request, project, kind=form.kind, values=data, launch_errors=exc.errors)
+    messages.success(request, f"{run.get_kind_display()} run {run.pk} queued.")
+    return HttpResponseRedirect(reverse("training-run", args=[project.pk, run.pk]), status=303)
 
 
 @require_POST
 @login_required
-def launch_policy(request: HttpRequest, project_pk: int) -> HttpResponse:
-    from training.policy_runs import TRAINERS, create_policy_run
-    from training.tasks import train_policy
-
+def rerun_run(request: HttpRequest, project_pk: int, run_pk: int) -> HttpResponse:
+    """A new run like this one (same kind, snapshot, base policy, judge models and settings); when that no longer
+    passes the checks (a judge model gone, a setting no longer valid), the launch form filled in as this run was
+    launched, with the reasons beside the inputs."""
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
-    kind = request.POST.get("kind", "")
-    errors: dict[str, str] = {}
-    config = _settings(request, errors)
-    base = _pick(project.policy_versions, request.POST.get("base_policy"), "base_policy", errors)
-    snapshot = _pick(project.snapshots, request.POST.get("snapshot"), "snapshot", errors)
-    # One choice per judge kind on the form; the method decides which of its settings each one fills.
-    chosen = {
-        judge_kind: model
-        for judge_kind in JudgeKind.values
-        if (model := _pick(project.registered_models, request.POST.get(judge_kind), judge_kind, errors))
-    }
-    trainer = TRAINERS.get(kind)
-    judges = {}
-    for setting, judge_kinds in trainer.judge_inputs.items() if trainer else ():
-        picked = [chosen[judge_kind] for judge_kind in judge_kinds if judge_kind in chosen]
-        if picked:
-            judges[setting] = picked[0]
-    review = {"enabled": request.POST.get("review") == "on"}
-    if request.POST.get("review_tasks"):
-        try:
-            review["num_tasks"] = int(request.POST["review_tasks"])
-        except ValueError:
-            errors["review.num_tasks"] = "must be a whole number"
-    snapshot = snapshot if trainer and trainer.export_kinds else None
-    launch = {"base_policy": base, "snapshot": snapshot, "judges": judges, "config": config, "review": review}
-    return _launch(request, project, "policy", create_policy_run, train_policy, errors, launch)
+    old = get_object_or_404(
+        TrainingRun.objects.select_related("project", "base_policy", "snapshot"), project=project, pk=run_pk
+    )
+    if old.kind not in LAUNCH_KINDS:
+        messages.warning(request, f"{old.get_kind_display()} runs are not launched from the dashboard.")
+        return HttpResponseRedirect(reverse("training-run", args=[project.pk, old.pk]), status=303)
+    try:
+        run = rerun(old, created_by=request.user)
+    except LaunchError as exc:
+        return _page(request, project, kind=old.kind, values=launch_values(old), launch_errors=exc.errors)
+    messages.success(request, f"Re-run of run {old.pk}: {run.get_kind_display()} run {run.pk} queued.")
+    return HttpResponseRedirect(reverse("training-run", args=[project.pk, run.pk]), status=303)
 
 
 @require_POST
 @login_required
 def cancel_run(request: HttpRequest, project_pk: int, run_pk: int) -> HttpResponse:
+    """Cancel; from htmx, answer with what the button sits in: the run page's panel or the runs table."""
     from training.runs import request_cancel
 
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
-    run = get_object_or_404(TrainingRun, project=project, pk=run_pk)
+    run = get_object_or_404(TrainingRun.objects.select_related("base_policy", "snapshot"), project=project, pk=run_pk)
     if request_cancel(run):
         messages.info(request, f"Run {run.pk}: cancel requested.")
     else:
         messages.warning(request, f"Run {run.pk} had already finished.")
+    if request.htmx and request.htmx.target == "run":
+        run.refresh_from_db()
+        return render(request, RUN_TEMPLATE + "#run", _run_context(project, run))
     if request.htmx:
         return render(request, TEMPLATE + "#runs", _runs_context(project))
     return _back(project)
@@ -162,44 +179,27 @@ def cancel_run(request: HttpRequest, project_pk: int, run_pk: int) -> HttpRespon
 # --- helpers -------------------------------------------------------------------------------------------------------
 
 
-def _launch(request, project, form: str, create, task, errors: dict[str, str], launch: dict) -> HttpResponse:
-    """Store the run through `create` unless the form already failed; then queue it on `task` and go back to the
-    page, or show the page again (400) with every reason beside the `form` it belongs to."""
-    from training.judges import LaunchError
-
-    if not errors:
-        try:
-            run = create(project, request.POST.get("kind", ""), **launch, created_by=request.user)
-        except LaunchError as exc:
-            errors = exc.errors
-    if errors:
-        return _page(request, project, errors={form: errors})
-    task.delay_on_commit(run.pk)
-    source = f" from {run.base_policy.name}" if run.base_policy else ""
-    messages.success(request, f"{run.get_kind_display()} run {run.pk} queued{source}.")
-    return _back(project)
-
-
 def _back(project: Project) -> HttpResponse:
     return HttpResponseRedirect(reverse("training", args=[project.pk]), status=303)
 
 
-def _settings(request: HttpRequest, errors: dict[str, str]) -> dict[str, Any]:
-    """The form's settings: a JSON object (advanced), plus the name of what the run will make."""
-    text = request.POST.get("settings", "").strip()
-    config: dict[str, Any] = {}
-    if text:
-        try:
-            config = json.loads(text)
-        except json.JSONDecodeError as exc:
-            errors["settings"] = f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        else:
-            if not isinstance(config, dict):
-                errors["settings"] = 'must be a JSON object, e.g. {"max_steps": 50}'
-                config = {}
-    if request.POST.get("name", "").strip():
-        config["name"] = request.POST["name"].strip()
-    return config
+def _launch_args(project: Project, form: RunForm, data: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """`launch_run`'s arguments from the posted form, and the errors of the inputs that name nothing valid."""
+    config, errors = config_from_form(form, data)
+    args: dict[str, Any] = {"config": config}
+    args["base_policy"] = _pick(project.policy_versions, data.get("base_policy"), "base_policy", errors)
+    args["judges"] = {}
+    for choice in form.judges:
+        name = f"judges.{choice.setting}"
+        if model := _pick(project.registered_models, data.get(name), name, errors):
+            args["judges"][choice.setting] = model
+    if form.export_kinds and data.get("snapshot") == "new":
+        args["new_snapshot"] = NewSnapshot.from_form(form, data)
+    elif form.export_kinds:
+        args["snapshot"] = _pick(project.snapshots, data.get("snapshot"), "snapshot", errors)
+    if form.family == "policy":
+        args["review"] = _review(data, errors)
+    return args, errors
 
 
 def _pick(related, value: str | None, field_name: str, errors: dict[str, str]):
@@ -212,6 +212,43 @@ def _pick(related, value: str | None, field_name: str, errors: dict[str, str]):
     return found
 
 
+def _review(data: dict[str, str], errors: dict[str, str]) -> dict[str, Any]:
+    """The review options of a policy run: `review.enabled` (a checkbox) and `review.num_tasks`."""
+    review: dict[str, Any] = {}
+    if "review.enabled" in data:
+        review["enabled"] = data["review.enabled"] in ("true", "on")
+    if data.get("review.num_tasks", "").strip():
+        try:
+            review["num_tasks"] = int(data["review.num_tasks"])
+        except ValueError:
+            errors["review.num_tasks"] = "must be a whole number"
+    return review
+
+
+def _duration(delta: timedelta | None) -> str:
+    if delta is None:
+        return ""
+    seconds = max(int(delta.total_seconds()), 0)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def _timing(run: TrainingRun) -> TrainingRun:
+    """Annotate `run` with what its progress bar shows: percent done, time elapsed and the ETA (elapsed time ×
+    remaining / done, once it has made progress)."""
+    run.percent = round(100 * run.progress_fraction)
+    end = run.finished_at or timezone.now()
+    run.elapsed_text = _duration(end - run.started_at) if run.started_at else ""
+    run.eta_text = _duration(run.eta)
+    run.rerunnable = run.kind in LAUNCH_KINDS
+    return run
+
+
 def _runs_context(project: Project) -> dict[str, Any]:
     runs = list(
         TrainingRun.objects.filter(project=project)
@@ -219,11 +256,193 @@ def _runs_context(project: Project) -> dict[str, Any]:
         .prefetch_related("produced_policies")
         .order_by("-created_at", "-id")[:25]
     )
-    return {"project": project, "runs": runs, "active": any(not run.is_finished for run in runs)}
+    return {"project": project, "runs": [_timing(run) for run in runs], "active": any(not r.is_finished for r in runs)}
 
 
-def _page(request: HttpRequest, project: Project, *, errors: dict[str, dict[str, str]] | None = None) -> HttpResponse:
-    from training.policy_runs import TRAINERS
+def _run_context(project: Project, run: TrainingRun) -> dict[str, Any]:
+    lines = run.log.splitlines()
+    inputs = {name: value for name, value in (run.inputs or {}).items() if value}
+    return {
+        "project": project,
+        "run": _timing(run),
+        "charts": _metric_charts(run.metrics),
+        "latest": _latest_metrics(run.metrics),
+        "figures": {k: v for k, v in (run.summary.get("metrics") or {}).items() if isinstance(v, (int, float))},
+        "samples": run.summary.get("samples") or [],
+        "log_tail": "\n".join(lines[-LOG_TAIL_LINES:]),
+        "log_lines": len(lines),
+        "log_tail_lines": LOG_TAIL_LINES,
+        "config_json": json.dumps(run.config, indent=2, sort_keys=True),
+        "inputs_json": json.dumps(inputs, indent=2, sort_keys=True) if inputs else "",
+        "resolved_json": json.dumps(run.summary["config"], indent=2, sort_keys=True)
+        if run.summary.get("config")
+        else "",
+    }
+
+
+def _metric_series(metrics: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """{name: [(step, value), ...]} from the run's points (a point without a step counts by its position)."""
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for position, point in enumerate(metrics):
+        step = point.get("step", position)
+        for name, value in point.items():
+            if name != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                series[name].append((step, value))
+    return series
+
+
+def _metric_order(name: str) -> tuple[int, str]:
+    lowered = name.lower()
+    rank = next((i for i, word in enumerate(HEADLINE_METRICS) if word in lowered), len(HEADLINE_METRICS))
+    return rank, name
+
+
+def _metric_charts(metrics: list[dict[str, Any]]) -> list[tuple[str, SafeString]]:
+    """One small line chart per metric name: loss first, then reward, KL and accuracy, then the rest."""
+    charts = []
+    for name, points in sorted(_metric_series(metrics).items(), key=lambda item: _metric_order(item[0])):
+        if len(points) > MAX_CHART_POINTS:
+            stride = -(-len(points) // MAX_CHART_POINTS)
+            points = points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
+        charts.append((name, line_chart({name: points}, title=name, x_label="step", width=360, height=200)))
+    return charts
+
+
+def _latest_metrics(metrics: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
+    """(name, step, value) of each metric's last point."""
+    series = _metric_series(metrics)
+    return [(name, *series[name][-1]) for name in sorted(series, key=_metric_order)]
+
+
+# --- the launch form -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Field:
+    """One input of the launch form, ready for `_launch_field.html`. `name` is what it posts and the key of its
+    error; `input` is select, checkbox, number, text, date or json."""
+
+    name: str
+    label: str
+    input: str
+    value: str = ""
+    choices: list[tuple[str, str]] | None = None
+    help: str = ""
+    error: str = ""
+    step: str = "any"
+
+    @property
+    def id(self) -> str:
+        return "launch-" + self.name.replace(".", "-").replace("_", "-")
+
+
+def _setting_field(setting: Setting) -> Field:
+    inputs = {"checkbox": "checkbox", "int": "number", "float": "number", "json": "json"}
+    help_text = f"{setting.help} Default: {setting.shown(setting.default) or '(empty)'}."
+    return Field(
+        f"config.{setting.name}",
+        setting.name,
+        inputs.get(setting.input, "text"),
+        setting.shown(setting.default),
+        help=help_text.strip(),
+        step="1" if setting.input == "int" else "any",
+    )
+
+
+def _launch_form(
+    project: Project, kind: str, values: dict[str, str] | None = None, errors: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Everything the launch form of `kind` shows, with `values` (posted, or an old run's) over the defaults and
+    each of `errors` beside its input; errors that name no input are listed above the form."""
+    form = run_form(kind)
+    values, errors = values or {}, errors or {}
+    sections: dict[str, list[Field]] = {"data": [], "new_snapshot": [], "models": [], "output": []}
+    if form.export_kinds:
+        snapshots = DatasetSnapshot.objects.filter(project=project, export_kind__in=form.export_kinds)
+        choices = [(str(s.pk), f"{s.name} ({s.export_kind}, {s.row_count} rows)") for s in snapshots]
+        default = choices[0][0] if choices else "new"
+        choices.append(("new", "a new snapshot, made now from the filters below"))
+        sections["data"].append(Field("snapshot", "Snapshot", "select", default, choices))
+        sections["new_snapshot"] += _new_snapshot_fields(form)
+    sections["models"].append(_base_policy_field(project, form))
+    models = list(RegisteredModel.objects.filter(project=project, kind__in={k for c in form.judges for k in c.kinds}))
+    for choice in form.judges:
+        options = [("", "none" if not choice.required else "— pick one —")]
+        options += [(str(m.pk), m.name) for m in models if m.kind in choice.kinds]
+        label = f"{choice.label}{' (required)' if choice.required else ''}"
+        sections["models"].append(Field(f"judges.{choice.setting}", label, "select", "", options, help=choice.setting))
+    if form.takes_name:
+        made = "policy version" if form.family == "policy" else "registered model"
+        sections["output"].append(Field("config.name", f"Name of the new {made}", "text", help="Optional."))
+    if form.family == "policy":
+        sections["output"].append(
+            Field(
+                "review.enabled",
+                "Roll the new version out on review tasks and queue blind comparisons against its parent",
+                "checkbox",
+                "true",
+            )
+        )
+        sections["output"].append(Field("review.num_tasks", "Review tasks", "number", "16", step="1"))
+    method = [_setting_field(setting) for setting in form.method_settings]
+    shared = [_setting_field(setting) for setting in form.shared_settings]
+    shown = set()
+    for field in [*method, *shared, *(f for fields in sections.values() for f in fields)]:
+        field.value = values.get(field.name, field.value)
+        field.error = errors.get(field.name, "")
+        shown.add(field.name)
+    return {
+        "form": form,
+        "kinds": [(k, RunKind(k).label) for k in LAUNCH_KINDS],
+        **sections,
+        "new_snapshot_open": bool(sections["data"]) and sections["data"][0].value == "new",
+        "method": method,
+        "shared": shared,
+        "shared_open": any(field.error for field in shared),
+        "other_errors": {name: reason for name, reason in errors.items() if name not in shown},
+    }
+
+
+def _base_policy_field(project: Project, form: RunForm) -> Field:
+    policies = PolicyVersion.objects.filter(project=project).order_by("-created_at", "-id")
+    if form.family == "rollout":
+        policies = policies.exclude(kind=PolicyKind.EXTERNAL)
+        label, default = "Policy version to roll out", "the newest one Tandem can run"
+    else:
+        policies = policies.filter(kind=PolicyKind.LOCAL)
+        label, default = "Base policy", "the newest local version"
+    choices = [("", default)] + [(str(p.pk), p.name) for p in policies]
+    return Field("base_policy", label, "select", "", choices)
+
+
+def _new_snapshot_fields(form: RunForm) -> list[Field]:
+    export_kinds = [(kind, kind) for kind in form.export_kinds]
+    name = f"{form.kind}-{timezone.localtime():%Y%m%d-%H%M%S}"
+    fields = [
+        Field("new_snapshot.export_kind", "Export kind", "select", form.export_kinds[0], export_kinds),
+        Field("new_snapshot.name", "New snapshot's name", "text", name),
+    ]
+    for snapshot_filter in SNAPSHOT_FILTERS:
+        if not snapshot_filter.applies(form.export_kinds):
+            continue
+        choices = [(str(choice), str(choice)) for choice in snapshot_filter.choices] or None
+        default = "false" if snapshot_filter.input == "checkbox" else (choices[0][0] if choices else "")
+        input_type = "number" if snapshot_filter.input == "float" else snapshot_filter.input
+        fields.append(
+            Field(f"new_snapshot.{snapshot_filter.name}", snapshot_filter.label, input_type, default, choices)
+        )
+    return fields
+
+
+def _page(
+    request: HttpRequest,
+    project: Project,
+    *,
+    kind: str = LAUNCH_KINDS[0],
+    values: dict[str, str] | None = None,
+    launch_errors: dict[str, str] | None = None,
+    snapshot_errors: dict[str, str] | None = None,
+) -> HttpResponse:
     from training.review import human_win_rate
 
     evaluations: dict[int, list[Evaluation]] = defaultdict(list)
@@ -245,20 +464,13 @@ def _page(request: HttpRequest, project: Project, *, errors: dict[str, dict[str,
         "snapshots": DatasetSnapshot.objects.filter(project=project).order_by("-created_at", "-id"),
         "models": RegisteredModel.objects.filter(project=project).order_by("-created_at", "-id"),
         "policies": policies,
-        "local_policies": [p for p in policies if p.kind == PolicyKind.LOCAL],
         "snapshot_kinds": SNAPSHOT_KINDS,
-        # The judge models some method takes, in the registry's order.
-        "judge_kinds": [
-            (value, label)
-            for value, label in JudgeKind.choices
-            if any(value in kinds for trainer in TRAINERS.values() for kinds in trainer.judge_inputs.values())
-        ],
-        "judge_run_kinds": [(k, RunKind(k).label) for k in JudgeKind.values],
-        "methods": [(kind, RunKind(kind).label, trainer) for kind, trainer in TRAINERS.items()],
-        "errors": errors or {},
-        "posted": request.POST if request.method == "POST" else {},
+        "launch": _launch_form(project, kind, values, launch_errors),
+        "snapshot_errors": snapshot_errors or {},
+        "posted": request.POST if snapshot_errors else {},
     }
-    return render(request, TEMPLATE, context, status=400 if errors else 200)
+    status = 400 if launch_errors or snapshot_errors else 200
+    return render(request, TEMPLATE, context, status=status)
 
 
 def _latest_by_name(evaluations: list[Evaluation]) -> dict[str, Evaluation]:

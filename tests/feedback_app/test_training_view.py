@@ -1,12 +1,29 @@
-"""The researcher's training page: who may use it, snapshots, launching judge and policy runs (with errors named
-beside the form), the polled runs table and cancel."""
+"""The researcher's training page and run page: who may use them, snapshots, the launch form of every run kind
+(generated from its config, errors beside the inputs), re-run, the polled runs table with ETA and cancel, and the
+run page's progress, metric curves, config and log tail."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from datetime import timedelta
+from html import unescape
+from pathlib import Path
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
-from feedback_app.models import DatasetSnapshot, Evaluation, PolicyVersion, RunStatus, TrainingRun
+from feedback_app.launch_forms import LAUNCH_KINDS, run_form
+from feedback_app.models import (
+    DatasetSnapshot,
+    Evaluation,
+    PolicyVersion,
+    RegisteredModel,
+    RunStatus,
+    TrainingRun,
+)
+from training.policy_runs import MANAGED_SETTINGS, TRAINERS
 
 pytestmark = pytest.mark.django_db
 
@@ -22,17 +39,382 @@ def url(project, name="training", *args):
     return reverse(name, args=[project.pk, *args])
 
 
-def test_only_researchers_and_admins_may_open_it(client, project, annotator, outsider, researcher):
+def field_html(body: str, name: str) -> str:
+    """The markup of the launch form's input `name` with its help and error (one `launch-field` block)."""
+    blocks = [block for block in body.split('<div class="launch-field') if f'name="{name}"' in block]
+    assert blocks, f"no input named {name}"
+    return blocks[0].split("</div>")[0]
+
+
+@pytest.fixture
+def sft_snapshot(client, project, researcher, demonstrations):
+    client.force_login(researcher)
+    client.post(url(project, "training-snapshot"), {"export_kind": "sft", "name": "demos"})
+    return DatasetSnapshot.objects.get(name="demos")
+
+
+@pytest.fixture
+def reward_model(project, tiny_policy):
+    run = TrainingRun.objects.create(project=project, kind="reward_model", status=RunStatus.SUCCEEDED)
+    return RegisteredModel.objects.create(
+        project=project, name="rm-1", kind="reward_model", path=str(tiny_policy.weights_path), run=run, base_model="/b"
+    )
+
+
+# --- who may -------------------------------------------------------------------------------------------------------
+
+
+def test_only_researchers_and_admins_may_open_launch_or_rerun(client, project, annotator, outsider, researcher):
+    run = TrainingRun.objects.create(project=project, kind="sft", status=RunStatus.FAILED)
+    pages = [url(project), url(project) + "?kind=ppo", url(project, "training-run", run.pk)]
+    posts = [url(project, "training-launch"), url(project, "training-rerun", run.pk)]
     client.force_login(outsider)
-    assert client.get(url(project)).status_code == 404
+    assert [client.get(page, **HTMX).status_code for page in pages] == [404, 404, 404]
+    assert [client.post(post, {"kind": "sft"}).status_code for post in posts] == [404, 404]
     client.force_login(annotator)
-    assert client.get(url(project)).status_code == 403
-    assert client.post(url(project, "training-policy"), {"kind": "sft"}).status_code == 403
+    assert [client.get(page).status_code for page in pages] == [403, 403, 403]
+    assert [client.post(post, {"kind": "sft"}).status_code for post in posts] == [403, 403]
+    assert TrainingRun.objects.count() == 1
     client.force_login(researcher)
     response = client.get(url(project))
     assert response.status_code == 200
     body = response.content.decode()
-    assert "Freeze labels" in body and "Train a judge model" in body and "Fine-tune the policy" in body
+    assert "Freeze labels" in body and "Launch a run" in body and 'id="launch-form"' in body
+
+
+# --- the launch form of every kind ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", LAUNCH_KINDS)
+def test_each_kind_has_a_launch_form_with_its_config_defaults(client, project, researcher, kind):
+    form = run_form(kind)
+    client.force_login(researcher)
+    response = client.get(url(project) + f"?kind={kind}", **HTMX)
+    body = response.content.decode()
+    assert response.status_code == 200 and "<h1>" not in body  # the kind selector swaps the form alone
+    assert f'name="kind" value="{kind}"' in body
+    on_form = {setting.name for setting in form.settings}
+    for setting in form.settings:
+        html = field_html(body, f"config.{setting.name}")
+        assert f'value="{setting.shown(setting.default)}"' in html or setting.input in ("checkbox", "json")
+        if setting.input == "checkbox" and setting.default:
+            assert "checked" in html
+        assert setting.help[:30] in unescape(html)
+    # What Tandem fills in itself is not on the form.
+    for managed in ("output_dir", "data_path", "policy_path", "base_model", "snapshot_hash", "environment"):
+        assert f'name="config.{managed}"' not in body and managed not in on_form
+    for choice in form.judges:
+        assert f'name="judges.{choice.setting}"' in body
+    assert ('name="snapshot"' in body) == bool(form.export_kinds)
+
+
+def test_the_forms_cover_every_run_kind_of_the_issue():
+    wanted = {"reward_model", "prm", "value_critic", "generative_critic", "dpo", "kto", "sft", "ppo", "nash_md"}
+    assert wanted | {"spo", "grpo", "rollout"} <= set(LAUNCH_KINDS)
+    ppo = {setting.name: setting for setting in run_form("ppo").settings}
+    assert ppo["kl_beta"].default == 0.02 and not ppo["kl_beta"].shared and ppo["learning_rate"].shared
+    assert "reward_model_path" not in ppo  # a judge picker, not a text box
+    assert [choice.setting for choice in run_form("grpo").judges if choice.required] == ["reward_model_path"]
+    # Every setting of the trainer's dataclass is on the form, or filled in by Tandem.
+    sft = {setting.name for setting in run_form("sft").settings}
+    config_class, _ = TRAINERS["sft"].load()
+    assert sft == {f.name for f in dataclasses.fields(config_class)} - {*MANAGED_SETTINGS}
+
+
+def test_a_policy_run_is_launched_from_the_form_keeping_only_changed_settings(
+    client, project, researcher, tiny_policy, sft_snapshot
+):
+    client.force_login(researcher)
+    response = client.post(
+        url(project, "training-launch"),
+        {
+            "kind": "sft",
+            "base_policy": tiny_policy.pk,
+            "snapshot": sft_snapshot.pk,
+            "config.max_steps": "5",
+            "config.learning_rate": "0.0001",  # SFT's default: left out of the config
+            "config.use_lora": ["false"],
+            "config.sources": "intervention, demonstration",
+            "config.name": "tiny-sft",
+            "review.enabled": ["false", "true"],  # the hidden input, then the ticked box
+            "review.num_tasks": "4",
+        },
+    )
+    run = TrainingRun.objects.get(kind="sft")
+    assert response.status_code == 303 and response["Location"] == url(project, "training-run", run.pk)
+    assert (run.base_policy, run.snapshot, run.status, run.created_by) == (
+        tiny_policy,
+        sft_snapshot,
+        RunStatus.QUEUED,
+        researcher,
+    )
+    assert run.config == {"max_steps": 5, "sources": ["intervention", "demonstration"], "name": "tiny-sft"}
+    assert run.inputs["review"] == {"enabled": True, "num_tasks": 4, "samples_per_task": 1, "priority": 10}
+    assert f'id="run-{run.pk}"' in client.get(url(project)).content.decode()
+
+
+def test_a_judge_run_and_online_policy_runs_take_their_judges_from_the_pickers(
+    client, project, researcher, tiny_policy, reward_model
+):
+    client.force_login(researcher)
+    launch = {"base_policy": tiny_policy.pk, "config.max_steps": "3"}
+    response = client.post(
+        url(project, "training-launch"), {"kind": "grpo", "judges.reward_model_path": reward_model.pk, **launch}
+    )
+    assert response.status_code == 303, response.content.decode()
+    grpo = TrainingRun.objects.get(kind="grpo")
+    assert grpo.inputs["judges"] == {"reward_model_path": reward_model.pk} and grpo.snapshot is None
+    response = client.post(
+        url(project, "training-launch"), {"kind": "ppo", "config.reward_source": "oracle", **launch}
+    )
+    assert response.status_code == 303, response.content.decode()
+    assert TrainingRun.objects.get(kind="ppo").config == {"reward_source": "oracle", "max_steps": 3}
+    response = client.post(
+        url(project, "training-launch"),
+        {
+            "kind": "rollout",
+            "base_policy": tiny_policy.pk,
+            "config.num_tasks": "2",
+            "config.greedy": ["false", "true"],
+        },
+    )
+    assert response.status_code == 303, response.content.decode()
+    rollout = TrainingRun.objects.get(kind="rollout")
+    assert rollout.base_policy == tiny_policy and rollout.config["num_tasks"] == 2 and rollout.config["greedy"] is True
+
+
+def test_a_judge_run_is_launched_on_a_snapshot_made_from_filters_in_the_same_form(
+    client, project, researcher, tiny_policy, demonstrations
+):
+    client.force_login(researcher)
+    response = client.post(
+        url(project, "training-launch"),
+        {
+            "kind": "value_critic",
+            "snapshot": "new",
+            "new_snapshot.export_kind": "returns",
+            "new_snapshot.name": "returns-now",
+            "new_snapshot.since": "2020-01-01",
+            "config.gamma": "0.9",
+        },
+    )
+    assert response.status_code == 303, response.content.decode()
+    snapshot = DatasetSnapshot.objects.get(name="returns-now")
+    run = TrainingRun.objects.get(kind="value_critic")
+    assert run.snapshot == snapshot and snapshot.row_count == 6 and snapshot.filters["since"].startswith("2020-01-01")
+    assert run.base_policy == tiny_policy and run.config == {"gamma": 0.9}
+
+
+def test_a_failed_launch_keeps_no_snapshot_it_made(client, project, researcher, tiny_policy, demonstrations, settings):
+    client.force_login(researcher)
+    response = client.post(
+        url(project, "training-launch"),
+        {"kind": "sft", "snapshot": "new", "new_snapshot.name": "demos-now", "config.learning_rate": "7"},
+    )
+    body = response.content.decode()
+    assert response.status_code == 400
+    assert "must be between 0 and 1" in field_html(body, "config.learning_rate")
+    assert not DatasetSnapshot.objects.exists() and not TrainingRun.objects.exists()
+    assert not list(Path(settings.ARTIFACT_ROOT).rglob("*.jsonl"))
+    # The form comes back as posted: a new snapshot, its name, the bad value.
+    assert 'value="7"' in field_html(body, "config.learning_rate")
+    assert 'value="demos-now"' in field_html(body, "new_snapshot.name")
+
+
+def test_bad_input_is_shown_beside_its_field_and_nothing_is_stored(
+    client, project, researcher, tiny_policy, sft_snapshot
+):
+    client.force_login(researcher)
+    response = client.post(
+        url(project, "training-launch"),
+        {"kind": "sft", "snapshot": sft_snapshot.pk, "config.max_steps": "many", "config.num_epochs": "0.5.1"},
+    )
+    body = response.content.decode()
+    assert response.status_code == 400
+    assert "must be a whole number, not &#x27;many&#x27;" in field_html(body, "config.max_steps")
+    assert "must be a number" in field_html(body, "config.num_epochs")
+    assert 'aria-invalid="true"' in field_html(body, "config.max_steps")
+
+    response = client.post(url(project, "training-launch"), {"kind": "grpo", "base_policy": tiny_policy.pk})
+    html = field_html(response.content.decode(), "judges.reward_model_path")
+    assert response.status_code == 400 and "a grpo run needs a registered reward_model" in html
+
+    response = client.post(url(project, "training-launch"), {"kind": "sft", "snapshot": "999"})
+    assert "no such choice in this project" in field_html(response.content.decode(), "snapshot")
+    response = client.post(url(project, "training-launch"), {"kind": "rollout", "config.temperature": "0"})
+    assert "must be positive" in field_html(response.content.decode(), "config.temperature")
+    response = client.post(url(project, "training-launch"), {"kind": "everything"})
+    assert response.status_code == 400 and "kind: not a kind the dashboard launches" in response.content.decode()
+    assert not TrainingRun.objects.exists()
+
+
+# --- re-run --------------------------------------------------------------------------------------------------------
+
+
+def test_rerun_launches_the_same_kind_snapshot_base_judges_and_settings(
+    client, project, researcher, tiny_policy, reward_model
+):
+    old = TrainingRun.objects.create(
+        project=project,
+        kind="grpo",
+        status=RunStatus.SUCCEEDED,
+        base_policy=tiny_policy,
+        config={"max_steps": 3, "kl_beta": 0.1, "name": "tiny-grpo"},
+        inputs={"judges": {"reward_model_path": reward_model.pk}, "review": {"enabled": False, "num_tasks": 4}},
+    )
+    client.force_login(researcher)
+    body = client.get(url(project, "training-run", old.pk)).content.decode()
+    assert url(project, "training-rerun", old.pk) in body
+    response = client.post(url(project, "training-rerun", old.pk))
+    new = TrainingRun.objects.filter(kind="grpo").exclude(pk=old.pk).get()
+    assert response.status_code == 303 and response["Location"] == url(project, "training-run", new.pk)
+    assert (new.kind, new.base_policy, new.status, new.created_by) == (
+        "grpo",
+        tiny_policy,
+        RunStatus.QUEUED,
+        researcher,
+    )
+    assert new.config == {"max_steps": 3, "kl_beta": 0.1}  # the name belongs to the old run's version
+    assert new.inputs["judges"] == old.inputs["judges"] and new.inputs["review"]["num_tasks"] == 4
+
+
+def test_rerun_of_a_snapshot_run_and_of_a_rollout(client, project, researcher, tiny_policy, sft_snapshot):
+    client.force_login(researcher)
+    client.post(url(project, "training-launch"), {"kind": "sft", "snapshot": sft_snapshot.pk, "config.max_steps": "4"})
+    client.post(url(project, "training-launch"), {"kind": "rollout", "config.num_tasks": "3"})
+    for old in list(TrainingRun.objects.all()):
+        assert client.post(url(project, "training-rerun", old.pk)).status_code == 303
+        new = TrainingRun.objects.filter(kind=old.kind).exclude(pk=old.pk).get()
+        assert (new.snapshot, new.base_policy, new.config) == (old.snapshot, old.base_policy, old.config)
+
+
+def test_a_rerun_that_no_longer_passes_comes_back_as_the_filled_form_with_the_reason(
+    client, project, researcher, tiny_policy
+):
+    old = TrainingRun.objects.create(
+        project=project,
+        kind="grpo",
+        status=RunStatus.FAILED,
+        base_policy=tiny_policy,
+        config={"max_steps": 7},
+        inputs={"judges": {"reward_model_path": 12345}},
+    )
+    client.force_login(researcher)
+    response = client.post(url(project, "training-rerun", old.pk))
+    body = response.content.decode()
+    assert response.status_code == 400 and TrainingRun.objects.count() == 1
+    assert "no longer registered" in field_html(body, "judges.reward_model_path")
+    assert 'value="7"' in field_html(body, "config.max_steps")
+    assert 'name="kind" value="grpo"' in body
+
+
+# --- runs table and run page ---------------------------------------------------------------------------------------
+
+
+def test_the_runs_table_polls_with_an_eta_and_cancel_stops_a_run(client, project, researcher, tiny_policy):
+    run = TrainingRun.objects.create(
+        project=project,
+        kind="sft",
+        base_policy=tiny_policy,
+        status=RunStatus.RUNNING,
+        started_at=timezone.now() - timedelta(seconds=100),
+        progress_current=25,
+        progress_total=100,
+    )
+    client.force_login(researcher)
+    fragment = client.get(url(project, "training-runs"), **HTMX).content.decode()
+    assert 'hx-trigger="every 3s"' in fragment and f'id="run-{run.pk}"' in fragment and "<h1>" not in fragment
+    assert re.search(r"ETA 5 min 0\d s", fragment)  # 100 s for a quarter: 300 s to go
+
+    fragment = client.post(url(project, "training-cancel", run.pk), **HTMX).content.decode()
+    run.refresh_from_db()
+    assert run.cancel_requested and 'id="runs"' in fragment
+    queued = TrainingRun.objects.create(project=project, kind="sft", base_policy=tiny_policy)
+    fragment = client.post(url(project, "training-cancel", queued.pk), **HTMX, HTTP_HX_TARGET="run").content.decode()
+    queued.refresh_from_db()
+    assert queued.status == RunStatus.CANCELLED
+    assert fragment.startswith('\n<div id="run"') or '<div id="run"' in fragment[:200]
+    assert "every 3s" not in fragment and "Re-run" in fragment  # finished: nothing to poll, re-run offered
+
+
+def test_a_run_page_shows_progress_eta_curves_config_figures_samples_and_the_log_tail(client, project, researcher):
+    run = TrainingRun.objects.create(
+        project=project,
+        kind="generative_critic",
+        status=RunStatus.RUNNING,
+        started_at=timezone.now() - timedelta(seconds=60),
+        progress_current=2,
+        progress_total=8,
+        config={"max_steps": 8},
+        inputs={"judges": {}},
+        metrics=[{"step": 2, "loss": 2.5, "kl": 0.1}, {"step": 4, "loss": 1.25, "learning_rate": 0.0001}],
+        summary={
+            "metrics": {"eval_loss": 1.5, "base_eval_loss": 3.0},
+            "samples": [{"prompt": "User: . A | G .", "generated": "the agent walks away", "reference": "wrong way"}],
+        },
+        log="".join(f"line {i}\n" for i in range(200)),
+    )
+    client.force_login(researcher)
+    body = client.get(url(project, "training-run", run.pk)).content.decode()
+    assert "25 %" in body and "2/8" in body and "ETA 3 min 0" in body and "elapsed" in body
+    charts = re.findall(r'<figure class="metric-chart" data-metric="([^"]+)"><svg', body)
+    assert charts == ["loss", "kl", "learning_rate"]  # one per metric, loss first
+    loss_chart = body.split('data-metric="loss"')[1].split("</figure>")[0]
+    assert loss_chart.count("<circle") == 2 and "<polyline" in loss_chart
+    assert "eval_loss" in body and "1.5000" in body
+    assert "the agent walks away" in body and "wrong way" in body
+    assert "line 199" in body and "line 120" in body and "line 119\n" not in body and "last 80 of 200 lines" in body
+    assert "&quot;max_steps&quot;: 8" in body
+    assert 'hx-trigger="every 3s"' in body and "Cancel" in body
+
+    fragment = client.get(url(project, "training-run", run.pk), **HTMX).content.decode()
+    assert "<h1>" in fragment and "<html" not in fragment and "crumbs" not in fragment
+
+    run.status, run.finished_at = RunStatus.SUCCEEDED, timezone.now()
+    run.save()
+    body = client.get(url(project, "training-run", run.pk)).content.decode()
+    assert 'hx-trigger="every 3s"' not in body and "ETA" not in body and "Re-run" in body
+
+
+def test_polling_a_run_costs_the_same_queries_however_long_its_series(
+    client, project, researcher, django_assert_max_num_queries
+):
+    run = TrainingRun.objects.create(project=project, kind="ppo", status=RunStatus.RUNNING, progress_total=5000)
+    client.force_login(researcher)
+    client.get(url(project, "training-run", run.pk), **HTMX)  # session and user warm-up
+    counts = []
+    for points in (3, 3000):
+        run.metrics = [{"step": i, "loss": 1 / (i + 1), "kl": i / 100, "reward": i % 7} for i in range(points)]
+        run.progress_current = points
+        run.save()
+        with django_assert_max_num_queries(8) as captured:
+            response = client.get(url(project, "training-run", run.pk), **HTMX)
+        assert response.status_code == 200
+        counts.append(len(captured))
+    assert counts[0] == counts[1]
+    # A long series is thinned for drawing, not dropped: the last point is still on the curve.
+    assert response.content.decode().count("<polyline") == 3
+
+
+def test_policy_versions_show_held_out_success_and_the_human_win_rate(client, project, researcher, tiny_policy):
+    child = PolicyVersion.objects.create(
+        project=project, name="tiny+ppo", kind="local", weights_path="/w", parent=tiny_policy
+    )
+    for decoding, value, stderr in (("greedy", 0.625, 0.03), ("sampled", 0.7, 0.032)):
+        Evaluation.objects.create(
+            project=project,
+            policy_version=child,
+            name="heldout_success",
+            decoding=decoding,
+            value=value,
+            stderr=stderr,
+            n=200,
+        )
+    client.force_login(researcher)
+    body = client.get(url(project)).content.decode()
+    row = body[body.index(f'id="policy-{child.pk}"') :].split("</tr>")[0]
+    assert "0.625 ± 0.030 / 0.700 ± 0.032" in row and "(200 tasks)" in row
+    assert "awaiting labels" in row  # no comparison against the parent yet
 
 
 def test_a_snapshot_is_made_from_the_page_and_listed(client, project, researcher, demonstrations):
@@ -51,107 +433,3 @@ def test_a_bad_snapshot_request_names_the_field(client, project, researcher):
     response = client.post(url(project, "training-snapshot"), {"export_kind": "sft", "name": " "})
     assert response.status_code == 400 and "name: A snapshot needs a name." in response.content.decode()
     assert not DatasetSnapshot.objects.exists()
-
-
-def test_a_policy_run_is_launched_from_the_form_with_its_settings(
-    client, project, researcher, tiny_policy, demonstrations
-):
-    client.force_login(researcher)
-    client.post(url(project, "training-snapshot"), {"export_kind": "sft", "name": "demos"})
-    snapshot = DatasetSnapshot.objects.get(name="demos")
-    response = client.post(
-        url(project, "training-policy"),
-        {
-            "kind": "sft",
-            "base_policy": tiny_policy.pk,
-            "snapshot": snapshot.pk,
-            "settings": '{"max_steps": 5}',
-            "name": "tiny-sft",
-            "review_tasks": "4",
-        },
-    )
-    assert response.status_code == 303, response.content.decode()
-    run = TrainingRun.objects.get(kind="sft")
-    assert (run.base_policy, run.snapshot, run.status) == (tiny_policy, snapshot, RunStatus.QUEUED)
-    assert run.config == {"max_steps": 5, "name": "tiny-sft"}
-    assert run.inputs["review"] == {"enabled": False, "num_tasks": 4, "samples_per_task": 1, "priority": 10}
-    assert f'id="run-{run.pk}"' in client.get(url(project)).content.decode()
-
-
-def test_a_bad_launch_comes_back_with_each_reason_and_stores_nothing(client, project, researcher, tiny_policy):
-    client.force_login(researcher)
-    response = client.post(url(project, "training-policy"), {"kind": "sft", "settings": "{max_steps: 5}"})
-    assert response.status_code == 400
-    assert "settings: not JSON" in response.content.decode()
-    response = client.post(url(project, "training-policy"), {"kind": "sft", "settings": '{"learning_rate": 7}'})
-    body = response.content.decode()
-    assert response.status_code == 400 and "snapshot: a sft run learns from a sft snapshot" in body
-    response = client.post(url(project, "training-judge"), {"kind": "reward_model", "snapshot": "999"})
-    assert response.status_code == 400 and "snapshot: no such choice in this project" in response.content.decode()
-    assert not TrainingRun.objects.exists()
-
-
-def test_the_runs_table_polls_while_a_run_is_active_and_cancel_stops_it(client, project, researcher, tiny_policy):
-    run = TrainingRun.objects.create(project=project, kind="sft", base_policy=tiny_policy)
-    client.force_login(researcher)
-    fragment = client.get(url(project, "training-runs"), **HTMX).content.decode()
-    assert 'hx-trigger="every 3s"' in fragment and f'id="run-{run.pk}"' in fragment and "<h1>" not in fragment
-
-    fragment = client.post(url(project, "training-cancel", run.pk), **HTMX).content.decode()
-    run.refresh_from_db()
-    assert run.status == RunStatus.CANCELLED
-    assert 'hx-trigger="every 3s"' not in fragment  # nothing left to watch
-
-
-def test_policy_versions_show_held_out_success_and_the_human_win_rate(client, project, researcher, tiny_policy):
-    child = PolicyVersion.objects.create(
-        project=project, name="tiny+ppo", kind="local", weights_path="/w", parent=tiny_policy
-    )
-    Evaluation.objects.create(
-        project=project,
-        policy_version=child,
-        name="heldout_success",
-        decoding="greedy",
-        value=0.625,
-        stderr=0.03,
-        n=200,
-    )
-    Evaluation.objects.create(
-        project=project,
-        policy_version=child,
-        name="heldout_success",
-        decoding="sampled",
-        value=0.7,
-        stderr=0.032,
-        n=200,
-    )
-    client.force_login(researcher)
-    body = client.get(url(project)).content.decode()
-    row = body[body.index(f'id="policy-{child.pk}"') :].split("</tr>")[0]
-    assert "0.625 ± 0.030 / 0.700 ± 0.032" in row and "(200 tasks)" in row
-    assert "awaiting labels" in row  # no comparison against the parent yet
-
-
-def test_a_run_page_shows_progress_metrics_figures_samples_and_the_log(client, project, researcher, annotator):
-    run = TrainingRun.objects.create(
-        project=project,
-        kind="generative_critic",
-        status=RunStatus.SUCCEEDED,
-        progress_current=8,
-        progress_total=8,
-        metrics=[{"step": 4, "loss": 2.5}, {"step": 8, "loss": 1.25, "learning_rate": 0.0001}],
-        summary={
-            "metrics": {"eval_loss": 1.5, "base_eval_loss": 3.0},
-            "samples": [{"prompt": "User: . A | G .", "generated": "the agent walks away", "reference": "wrong way"}],
-        },
-        log="12:00:00 trained 8 steps\n",
-    )
-    client.force_login(annotator)
-    assert client.get(url(project, "training-run", run.pk)).status_code == 403
-    client.force_login(researcher)
-    body = client.get(url(project, "training-run", run.pk)).content.decode()
-    assert "8/8" in body and "1.2500" in body and "0.0001" in body  # the series, with gaps shown as —
-    assert "eval_loss" in body and "1.5000" in body
-    assert "the agent walks away" in body and "wrong way" in body
-    assert "trained 8 steps" in body
-    assert 'hx-trigger="every 3s"' not in body  # finished: nothing to poll

@@ -1,0 +1,431 @@
+"""Launching any kind of run from the dashboard: what each kind's form asks for, and how a posted form (or an old
+run, for a re-run) becomes a queued run.
+
+The settings come from the run kind's config dataclass: its fields, types, defaults and ``help`` metadata, less the
+ones Tandem fills in itself (the snapshot file, the base weights, the run directory, the environment, the judge
+models' directories). A new setting in a trainer therefore appears on the dashboard without touching a template. A
+posted value equal to its default is left out of the run's config, so the config records what the researcher chose.
+
+Every launch goes through the same create functions as the REST API (`training.judges.create_judge_run`,
+`training.policy_runs.create_policy_run`, `training.rollouts.create_rollout_run`), so the checks are the same and a
+bad launch raises `LaunchError` naming each field with the names the form's inputs carry: ``snapshot``,
+``base_policy``, ``judges.<setting>``, ``config.<setting>``, ``review.<option>`` and ``new_snapshot.<filter>``.
+
+    >>> form = run_form("ppo")
+    >>> [choice.setting for choice in form.judges]
+    ['reward_model_path', 'prm_path', 'value_critic_path']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.db import transaction
+
+from feedback_app.exports.filters import (
+    AGGREGATED_KINDS,
+    TIED_KINDS,
+    Aggregation,
+    ExportFilters,
+    ExportKind,
+    ExportRequestError,
+    Interventions,
+    Neutral,
+    Ties,
+)
+from feedback_app.exports.snapshots import create_snapshot, snapshot_file
+from feedback_app.models import (
+    DatasetSnapshot,
+    JudgeKind,
+    PolicyVersion,
+    Project,
+    RegisteredModel,
+    RunKind,
+    TrainingRun,
+)
+from reward_models.common import ConfigError, JudgeConfig, config_from_dict
+from reward_models.finetune.common import PolicyTrainConfig
+from training import judges as judge_runs
+from training import policy_runs
+from training.judges import LaunchError
+from training.rollouts import RolloutConfig, create_rollout_run
+
+# In the order of the loop: judges from labels, the policy from labels or judges, then rollouts of a version.
+LAUNCH_KINDS: tuple[str, ...] = (*judge_runs.JUDGE_RUN_KINDS, *policy_runs.POLICY_RUN_KINDS, RunKind.ROLLOUT)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One config field as a form input: `input` is checkbox, int, float, text, list (comma-separated) or json."""
+
+    name: str
+    input: str
+    default: Any
+    help: str
+    shared: bool  # declared by the family's base config (every judge, or every policy trainer, has it)
+    item_type: type = str  # a list's items
+
+    def shown(self, value: Any) -> str:
+        """`value` as the input's text."""
+        if value is None:
+            return ""
+        if self.input == "checkbox":
+            return "true" if value else "false"
+        if self.input == "list":
+            return ", ".join(str(item) for item in value)
+        if self.input == "json":
+            return json.dumps(value, sort_keys=True)
+        return str(value)
+
+    def parse(self, text: str) -> Any:
+        """The input's text as the field's value; `ValueError` says what is wrong."""
+        text = text.strip()
+        if self.input == "checkbox":
+            if text.lower() in ("true", "on", "1"):
+                return True
+            if text.lower() in ("false", "off", "0", ""):
+                return False
+            raise ValueError("must be true or false")
+        if self.input == "int":
+            try:
+                return int(text)
+            except ValueError:
+                raise ValueError(f"must be a whole number, not {text!r}") from None
+        if self.input == "float":
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"must be a number, not {text!r}") from None
+            if not math.isfinite(value):
+                raise ValueError("must be a finite number")
+            return value
+        if self.input == "list":
+            items = [item.strip() for item in text.split(",") if item.strip()]
+            if self.item_type is int:
+                try:
+                    return [int(item) for item in items]
+                except ValueError:
+                    raise ValueError("must be whole numbers separated by commas") from None
+            return items
+        if self.input == "json":
+            try:
+                value = json.loads(text or "{}")
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not JSON: {exc.msg} (column {exc.colno})") from None
+            if not isinstance(value, dict):
+                raise ValueError('must be a JSON object, e.g. {"size": 5}')
+            return value
+        return text
+
+
+@dataclass(frozen=True)
+class JudgeChoice:
+    """A judge model the run may (or must) use: the config setting it fills and the registry kinds that fit."""
+
+    setting: str
+    kinds: tuple[str, ...]
+    required: bool
+
+    @property
+    def label(self) -> str:
+        return " or ".join(str(JudgeKind(kind).label) for kind in self.kinds)
+
+
+@dataclass(frozen=True)
+class RunForm:
+    """What a run kind's launch form asks for."""
+
+    kind: str
+    family: str  # judge, policy or rollout
+    export_kinds: tuple[str, ...]  # the snapshot kinds it reads; () for none
+    judges: tuple[JudgeChoice, ...]
+    settings: tuple[Setting, ...]
+
+    @property
+    def label(self) -> str:
+        return str(RunKind(self.kind).label)
+
+    @property
+    def method_settings(self) -> list[Setting]:
+        return [setting for setting in self.settings if not setting.shared]
+
+    @property
+    def shared_settings(self) -> list[Setting]:
+        return [setting for setting in self.settings if setting.shared]
+
+    @property
+    def takes_name(self) -> bool:
+        """Whether the run makes something it can name (a registered model or a policy version)."""
+        return self.family != "rollout"
+
+
+@cache
+def run_form(kind: str) -> RunForm:
+    """The form of a launchable run kind. Raises `LaunchError` for any other kind."""
+    if kind in judge_runs.PIPELINES:
+        pipeline = judge_runs.PIPELINES[kind]
+        config_class, _ = pipeline.load()
+        judge_inputs = pipeline.judge_inputs or {}
+        managed = {*judge_runs.MANAGED_SETTINGS, *judge_inputs}
+        choices = tuple(JudgeChoice(setting, (kind_,), False) for setting, kind_ in judge_inputs.items())
+        return RunForm(kind, "judge", pipeline.export_kinds, choices, _settings(config_class, managed, JudgeConfig))
+    if kind in policy_runs.TRAINERS:
+        trainer = policy_runs.TRAINERS[kind]
+        config_class, _ = trainer.load()
+        implied_by_snapshot = {name for implied in trainer.export_kinds.values() for name in implied}
+        managed = {*policy_runs.MANAGED_SETTINGS, *trainer.judge_inputs, *trainer.implied, *implied_by_snapshot}
+        choices = tuple(
+            JudgeChoice(setting, tuple(kinds), setting in trainer.required_judges)
+            for setting, kinds in trainer.judge_inputs.items()
+        )
+        settings = _settings(config_class, managed, PolicyTrainConfig)
+        return RunForm(kind, "policy", tuple(trainer.export_kinds), choices, settings)
+    if kind == RunKind.ROLLOUT:
+        return RunForm(kind, "rollout", (), (), _settings(RolloutConfig, set(), None))
+    raise LaunchError({"kind": f"not a kind the dashboard launches; the kinds are {', '.join(LAUNCH_KINDS)}"})
+
+
+def _settings(config_class: type, managed: set[str], base: type | None) -> tuple[Setting, ...]:
+    hints = typing.get_type_hints(config_class)
+    shared = {field.name for field in dataclasses.fields(base)} if base else set()
+    settings = []
+    for field in dataclasses.fields(config_class):
+        if field.name in managed:
+            continue
+        input_type, item_type = _input_for(hints[field.name])
+        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+        settings.append(
+            Setting(
+                field.name,
+                input_type,
+                default,
+                field.metadata.get("help", ""),
+                shared=field.name in shared,
+                item_type=item_type,
+            )
+        )
+    return tuple(settings)
+
+
+def _input_for(hint: Any) -> tuple[str, type]:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    origin = typing.get_origin(hint) or hint
+    if origin is list:
+        args = typing.get_args(hint)
+        return "list", args[0] if args and args[0] in (int, str) else str
+    inputs = {bool: "checkbox", int: "int", float: "float", dict: "json"}
+    return inputs.get(origin, "text"), str
+
+
+def config_from_form(form: RunForm, data: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The run's config from posted `data` (``config.<setting>`` inputs; one not posted keeps its default): only the
+    values that differ from the defaults, and the errors of the ones that do not parse, by input name."""
+    config: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for setting in form.settings:
+        key = f"config.{setting.name}"
+        if key not in data:
+            continue
+        try:
+            value = setting.parse(data[key])
+        except ValueError as exc:
+            errors[key] = str(exc)
+            continue
+        if value != setting.default:
+            config[setting.name] = value
+    name = data.get("config.name", "").strip()
+    if name and form.takes_name:
+        config["name"] = name
+    return config, errors
+
+
+# --- snapshots made at launch --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotFilter:
+    name: str
+    label: str
+    input: str  # select, date, float or checkbox
+    choices: tuple[str, ...] = ()
+    applies_to: frozenset[str] | None = None  # export kinds it means something for; None: every kind but returns
+
+    def applies(self, export_kinds: tuple[str, ...]) -> bool:
+        if self.applies_to is None:
+            return any(kind != ExportKind.RETURNS for kind in export_kinds)
+        return any(kind in self.applies_to for kind in export_kinds)
+
+
+SNAPSHOT_FILTERS = (
+    SnapshotFilter("since", "Labels since", "date", applies_to=frozenset(ExportKind)),
+    SnapshotFilter("until", "Labels until", "date", applies_to=frozenset(ExportKind)),
+    SnapshotFilter("exclude_gold", "Leave out gold items", "checkbox"),
+    SnapshotFilter(
+        "aggregate", "Several annotators' labels", "select", tuple(Aggregation), frozenset(AGGREGATED_KINDS)
+    ),
+    SnapshotFilter("min_agreement", "Least agreement (0 to 1)", "float", applies_to=frozenset(AGGREGATED_KINDS)),
+    SnapshotFilter("ties", "Ties", "select", tuple(Ties), frozenset(TIED_KINDS)),
+    SnapshotFilter("neutral", "Neutral step labels", "select", tuple(Neutral), frozenset({ExportKind.STEPWISE})),
+    SnapshotFilter(
+        "interventions", "Intervention labels", "select", tuple(Interventions), frozenset({ExportKind.STEPWISE})
+    ),
+)
+
+
+@dataclass(frozen=True)
+class NewSnapshot:
+    """A snapshot to freeze as part of a launch: its export kind, its name and its filters (query-string values)."""
+
+    export_kind: str
+    name: str
+    filters: Mapping[str, str]
+
+    @classmethod
+    def from_form(cls, form: RunForm, data: Mapping[str, str]) -> NewSnapshot:
+        export_kind = data.get("new_snapshot.export_kind") or form.export_kinds[0]
+        filters = {}
+        for snapshot_filter in SNAPSHOT_FILTERS:
+            value = data.get(f"new_snapshot.{snapshot_filter.name}", "").strip()
+            if value and not (snapshot_filter.input == "checkbox" and value == "false"):
+                filters[snapshot_filter.name] = value
+        return cls(export_kind, data.get("new_snapshot.name", ""), filters)
+
+    def create(self, project: Project, form: RunForm, user) -> DatasetSnapshot:
+        """Freeze it (synchronously, as the training page's own snapshot form does); `LaunchError` names the bad
+        ``new_snapshot.<field>``."""
+        if self.export_kind not in form.export_kinds:
+            raise LaunchError(
+                {"new_snapshot.export_kind": f"a {form.kind} run reads {' or '.join(form.export_kinds)} snapshots"}
+            )
+        try:
+            filters = ExportFilters.from_query(self.filters)
+            return create_snapshot(project, self.export_kind, filters, user=user, name=self.name)
+        except ExportRequestError as exc:
+            raise LaunchError({f"new_snapshot.{name}": reason for name, reason in exc.errors.items()}) from None
+
+
+# --- launching -----------------------------------------------------------------------------------------------------
+
+
+def launch_run(
+    project: Project,
+    kind: str,
+    *,
+    snapshot: DatasetSnapshot | None = None,
+    new_snapshot: NewSnapshot | None = None,
+    base_policy: PolicyVersion | None = None,
+    base_model: str = "",
+    judges: Mapping[str, RegisteredModel] | None = None,
+    config: Mapping[str, Any] | None = None,
+    review: Mapping[str, Any] | None = None,
+    created_by=None,
+) -> TrainingRun:
+    """Store a run of `kind` through its family's create function and queue it once the transaction commits. With
+    `new_snapshot`, freeze that snapshot first, in the same transaction: a launch that fails stores neither (and
+    removes the file). Raises `LaunchError` naming every bad field."""
+    form = run_form(kind)
+    with transaction.atomic():
+        made = None
+        if new_snapshot is not None:
+            made = snapshot = new_snapshot.create(project, form, created_by)
+        try:
+            if form.family == "judge":
+                run = judge_runs.create_judge_run(
+                    project, kind, snapshot=snapshot, base_policy=base_policy, base_model=base_model,
+                    judges=judges, config=config, created_by=created_by,
+                )  # fmt: skip
+            elif form.family == "policy":
+                run = policy_runs.create_policy_run(
+                    project, kind, snapshot=snapshot, base_policy=base_policy, judges=judges, config=config,
+                    review=review, created_by=created_by,
+                )  # fmt: skip
+            else:
+                run = _create_rollout(project, base_policy, config or {}, created_by)
+        except LaunchError:
+            transaction.set_rollback(True)
+            if made is not None:
+                snapshot_file(made).unlink(missing_ok=True)
+            raise
+        _task(form).delay_on_commit(run.pk)
+    return run
+
+
+def _create_rollout(project: Project, policy: PolicyVersion | None, values: Mapping[str, Any], user) -> TrainingRun:
+    errors: dict[str, str] = {}
+    policy = policy or project.policy_versions.exclude(kind="external").order_by("-created_at", "-id").first()
+    if policy is None:
+        errors["base_policy"] = "the project has no policy version Tandem can run"
+    elif policy.kind == "external":
+        errors["base_policy"] = f"{policy.name} is external: Tandem cannot run it, only import its trajectories"
+    try:
+        config = config_from_dict(RolloutConfig, values)
+    except ConfigError as exc:
+        errors[f"config.{exc.field}"] = exc.reason
+    except ValueError as exc:  # RolloutConfig's own checks say "<field> must ..."
+        field = next((name for name in RolloutConfig.__dataclass_fields__ if str(exc).startswith(f"{name} ")), None)
+        errors[f"config.{field}" if field else "config"] = str(exc).removeprefix(f"{field} ") if field else str(exc)
+    if errors:
+        raise LaunchError(errors)
+    return create_rollout_run(project, policy, config, created_by=user)
+
+
+def _task(form: RunForm):
+    from training.tasks import rollout, train_judge, train_policy
+
+    return {"judge": train_judge, "policy": train_policy, "rollout": rollout}[form.family]
+
+
+def rerun(run: TrainingRun, *, created_by=None) -> TrainingRun:
+    """A new run of the same kind with the same snapshot, base policy, judge models, settings and review options,
+    through `launch_run`'s checks. Its product takes the default name (the old run's name belongs to the old run's
+    model or policy version)."""
+    run_form(run.kind)  # refuses a kind the dashboard does not launch (bootstrap, evaluation)
+    config = {name: value for name, value in run.config.items() if name != "name"}
+    chosen: dict[str, RegisteredModel] = {}
+    missing: dict[str, str] = {}
+    judge_ids = (run.inputs or {}).get("judges") or {}
+    found = RegisteredModel.objects.in_bulk(judge_ids.values())
+    for setting, model_id in judge_ids.items():
+        if model_id in found:
+            chosen[setting] = found[model_id]
+        else:
+            missing[f"judges.{setting}"] = f"the judge model the run used (id {model_id}) is no longer registered"
+    if missing:
+        raise LaunchError(missing)
+    review = (run.inputs or {}).get("review") or {}
+    return launch_run(
+        run.project,
+        run.kind,
+        snapshot=run.snapshot,
+        base_policy=run.base_policy,
+        base_model=(run.inputs or {}).get("base_model", "") if run.base_policy is None else "",
+        judges=chosen,
+        config=config,
+        review=review,
+        created_by=created_by,
+    )
+
+
+def launch_values(run: TrainingRun) -> dict[str, str]:
+    """The launch form's inputs filled in as `run` was launched (for a re-run that needs fixing)."""
+    form = run_form(run.kind)
+    values = {"kind": run.kind, "base_policy": str(run.base_policy_id or ""), "snapshot": str(run.snapshot_id or "")}
+    for setting in form.settings:
+        if setting.name in run.config:
+            values[f"config.{setting.name}"] = setting.shown(run.config[setting.name])
+    for setting, model_id in ((run.inputs or {}).get("judges") or {}).items():
+        values[f"judges.{setting}"] = str(model_id)
+    review = (run.inputs or {}).get("review") or {}
+    if review:
+        values["review.enabled"] = "true" if review.get("enabled", True) else "false"
+        values["review.num_tasks"] = str(review.get("num_tasks", ""))
+    return values
