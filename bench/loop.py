@@ -1,0 +1,613 @@
+"""The whole loop, measured: the base policy's rollouts go to simulated annotators, their labels train a reward model
+and a PRM, the policy is fine-tuned from them, and the new version's rollouts go back to the annotators, for R
+rounds; held-out success against the number of labels, for random queries, active queries and PPO on the
+environment's true reward (the upper bound).
+
+Everything goes through Tandem as a researcher would use it: a real web server (gunicorn) and Celery worker are
+started on a fresh data directory with the embedded defaults (SQLite and the filesystem broker; DATABASE_URL and
+CELERY_BROKER_URL are ignored), and this script only calls the REST API: it launches rollout runs that queue
+comparisons and step-label items by the project's query strategy, lets a crowd of simulated annotators (B-Pref
+scripted teachers, `feedback_app.simulated`) label them over HTTP, freezes snapshots, trains the judges and the
+policy, and reads the held-out success the policy runs record. Only the setup (users, tokens, projects, tasks, the
+base policy version) is written through the ORM.
+
+    .venv/bin/python bench/loop.py                        # the default configuration (about 20 minutes on 2 CPU cores)
+    .venv/bin/python bench/loop.py --rounds 2 --comparisons 60 --ppo_iterations 2 --eval_tasks 40    # a smoke run
+    .venv/bin/python bench/loop.py --cases random,active --method dpo
+
+Per round, for the random and the active case alike:
+1. the current policy plays `--tasks` fresh training tasks × `--samples`; the rollout run queues `--comparisons`
+   pairs of them (among the `--samples` choose 2 per task) by the project's query strategy (random, or the reward
+   ensemble's disagreement; the first round of the active case has no reward model yet and falls back to random,
+   which the label records), and `--step_items` single trajectories for step labels and interventions;
+2. the crowd labels the queue empty through the API;
+3. a reward-model ensemble (`--ensemble` members) and a PRM train on snapshots of every label so far;
+4. the policy trains from its current version: PPO on RM + PRM (`--method ppo`), step DPO on the interventions'
+   corrections (`dpo`), or Nash-MD on the reward model's preferences (`nash_md`);
+5. its held-out success (greedy and sampled, `--eval_tasks` of the environment's 200) is read from the run.
+The oracle case runs PPO from the same base for the same iterations per round with the environment's true reward
+and no labels.
+
+Prints the table, writes it as JSON (`--out`) and plots held-out success against labels (`--plot`, PNG; rendered by
+Chromium from the same SVG the dashboard draws, with the SVG kept beside it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+CASES = ("random", "active", "oracle")
+METHODS = ("ppo", "dpo", "nash_md")
+# The crowd: B-Pref scripted teachers of differing rationality and mistake rates (Lee et al., 2021).
+DEFAULT_CROWD = [
+    {"name": "careful", "beta": 50.0, "epsilon": 0.05},
+    {"name": "typical", "beta": 20.0, "epsilon": 0.1},
+    {"name": "hasty", "beta": 10.0, "epsilon": 0.15, "gamma": 0.95},
+]
+STRATEGY = {"random": "random", "active": "disagreement"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default=",".join(CASES), help="Comma-separated, of: " + ", ".join(CASES))
+    parser.add_argument("--method", default="ppo", choices=METHODS, help="How the policy learns from the labels.")
+    parser.add_argument("--rounds", type=int, default=4, help="Rounds R of the loop.")
+    parser.add_argument("--tasks", type=int, default=64, help="Fresh training tasks the policy plays per round.")
+    parser.add_argument("--samples", type=int, default=3, help="Rollouts per task (candidate pairs: samples C 2).")
+    parser.add_argument("--comparisons", type=int, default=100, help="Comparisons queued per round.")
+    parser.add_argument("--step_items", type=int, default=16, help="Trajectories queued per round for step labels.")
+    parser.add_argument("--ensemble", type=int, default=3, help="Reward-model ensemble members.")
+    parser.add_argument("--ppo_iterations", type=int, default=8, help="PPO iterations per round.")
+    parser.add_argument("--ppo_rollouts", type=int, default=16, help="PPO episodes per iteration.")
+    parser.add_argument("--eval_tasks", type=int, default=200, help="Held-out tasks scored per policy (at most 200).")
+    parser.add_argument("--crowd", default="", help="A JSON list of TeacherConfig dicts (default: 3 teachers).")
+    parser.add_argument("--policy", default="", help="The base policy directory (default: bootstrap one, seed 0).")
+    parser.add_argument("--work_dir", default="var/bench/loop", help="The data directory, logs and base policy.")
+    parser.add_argument("--out", default="var/bench/loop.json", help="The figures as JSON.")
+    parser.add_argument("--plot", default="var/bench/loop.png", help="The plot (PNG; the SVG goes beside it).")
+    parser.add_argument("--settings", default="{}", help='Run config overrides, JSON: {"ppo": {"kl_beta": 0.05}}.')
+    parser.add_argument("--port", type=int, default=0, help="The web server's port (default: a free one).")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    unknown = set(args.cases.split(",")) - set(CASES)
+    if unknown:
+        parser.error(f"--cases: unknown {sorted(unknown)}; the cases are {', '.join(CASES)}")
+    for name in ("rounds", "tasks", "comparisons", "ensemble", "ppo_iterations", "ppo_rollouts", "eval_tasks"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: must be at least 1")
+    if args.samples < 2:
+        parser.error("--samples: must be at least 2 (a comparison needs two rollouts of a task)")
+    try:
+        args.settings = json.loads(args.settings)
+    except json.JSONDecodeError as exc:
+        parser.error(f"--settings: not JSON ({exc})")
+    return args
+
+
+# --- the servers --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Servers:
+    """gunicorn and a Celery worker on a fresh data directory; stopped (with their process groups) on exit."""
+
+    data_dir: Path
+    port: int
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "TANDEM_DATA_DIR": str(self.data_dir), "DJANGO_SETTINGS_MODULE": "feedback_app.settings"}
+
+    def manage(self, *command: str) -> None:
+        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=self.env(), check=True)
+
+    def start(self) -> None:
+        logs = self.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        bin_dir = Path(sys.executable).parent
+        worker = [str(bin_dir / "celery"), "-A", "training", "worker", "-Q", "rollouts,training,default"]
+        worker += ["--concurrency", "1", "--loglevel", "INFO"]
+        web = [str(bin_dir / "gunicorn"), "feedback_app.wsgi", "--bind", f"127.0.0.1:{self.port}"]
+        web += ["--workers", "2", "--threads", "4", "--timeout", "300"]
+        for command, log in ((worker, "worker.log"), (web, "web.log")):
+            with open(logs / log, "w") as out:
+                self.processes.append(
+                    subprocess.Popen(
+                        command, cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                    )
+                )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError(f"the web server did not start; see {logs / 'web.log'}")
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- setup: the only ORM writes -------------------------------------------------------------------------------------
+
+
+def base_policy(args: argparse.Namespace, work: Path) -> Path:
+    if args.policy:
+        return Path(args.policy).resolve()
+    path = work / "base-policy"
+    if not (path / "config.json").is_file():
+        from reward_models.policy.bootstrap import BootstrapConfig
+        from reward_models.policy.bootstrap import main as bootstrap
+
+        print(f"bootstrapping the base policy into {path} (2-3 minutes; kept for later runs)", flush=True)
+        bootstrap(BootstrapConfig(output_dir=str(path), seed=0, max_seconds=1800.0))
+    return path.resolve()
+
+
+def set_up(args: argparse.Namespace, cases: list[str], policy_dir: Path, crowd: list[dict]) -> dict[str, Any]:
+    """A researcher, the crowd and one project per case (the same tasks and base policy in each); their ids and
+    API keys."""
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+
+    from feedback_app.models import ApiToken, EnvironmentSpec, Membership, PolicyVersion, Project, Role, Task
+    from feedback_app.models.trajectories import TaskSplit
+    from reward_models.envs import training_seeds
+    from reward_models.policy.bootstrap import BootstrapConfig
+
+    User = get_user_model()
+    spec, _ = EnvironmentSpec.objects.get_or_create(
+        name="gridworld",
+        defaults={"dotted_path": "reward_models.envs.gridworld.GridWorld", "config": BootstrapConfig().env_config()},
+    )
+    env = spec.load()
+    seeds = list(training_seeds(env, args.tasks * args.rounds, start=args.seed * 1_000_000 + 500_000))
+    researcher = User.objects.create_user("loop-researcher")
+    annotators = [User.objects.create_user(f"sim-{member['name']}") for member in crowd]
+    setup: dict[str, Any] = {
+        "researcher_key": ApiToken.issue(researcher, "loop bench")[1],
+        "crowd_keys": [ApiToken.issue(user, "loop bench")[1] for user in annotators],
+        "projects": {},
+    }
+    for case in cases:
+        project = Project.objects.create(
+            name=f"Loop bench: {case}", slug=f"loop-{case}", environment=spec, overlap=1, blind=True, gold_fraction=0
+        )
+        Membership.objects.create(user=researcher, project=project, role=Role.RESEARCHER)
+        Membership.objects.bulk_create(Membership(user=u, project=project, role=Role.ANNOTATOR) for u in annotators)
+        tasks = Task.objects.bulk_create(
+            Task(
+                project=project,
+                seed=seed,
+                split=TaskSplit.TRAIN,
+                spec=(t := env.make_task(seed)),
+                instruction=t["instruction"],
+            )
+            for seed in seeds
+        )
+        policy = PolicyVersion.objects.create(
+            project=project, name="tiny-base", kind="local", weights_path=str(policy_dir)
+        )
+        setup["projects"][case] = {
+            "id": project.pk,
+            "policy": policy.pk,
+            "tasks": [task.pk for task in sorted(tasks, key=lambda t: t.pk)],
+        }
+    return setup
+
+
+# --- the loop, through the API -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Point:
+    round: int
+    comparisons: int
+    step_items: int
+    greedy: float
+    greedy_stderr: float
+    sampled: float
+    sampled_stderr: float
+    policy_version: int
+    seconds: float
+    strategies: dict[str, int] = field(default_factory=dict)
+    judges: dict[str, Any] = field(default_factory=dict)
+
+
+class Loop:
+    def __init__(self, args: argparse.Namespace, url: str, setup: dict[str, Any], crowd: list[dict]) -> None:
+        from feedback_app.simulated import ApiClient
+
+        self.args = args
+        self.url = url
+        self.setup = setup
+        self.crowd = crowd
+        self.api = ApiClient(url, setup["researcher_key"])
+
+    # Runs
+
+    def launch(self, project: int, body: dict[str, Any]) -> dict[str, Any]:
+        run = self.api.post(f"/api/projects/{project}/runs/", body)[1]
+        return self.wait(project, run["id"])
+
+    def wait(self, project: int, run_id: int) -> dict[str, Any]:
+        last = ""
+        while True:
+            run = self.api.get(f"/api/projects/{project}/runs/{run_id}/")
+            line = f"    run {run_id} {run['kind']}: {run['status']} {run['progress_current']}/{run['progress_total']}"
+            if line != last:
+                print(line, flush=True)
+                last = line
+            if run["status"] == "succeeded":
+                return run
+            if run["status"] in ("failed", "cancelled"):
+                raise RuntimeError(f"run {run_id} ({run['kind']}) {run['status']}:\n{run.get('error') or run['log']}")
+            time.sleep(2)
+
+    def overrides(self, kind: str) -> dict[str, Any]:
+        return dict(self.args.settings.get(kind, {}))
+
+    # Labels
+
+    def label(self, project: int) -> dict[str, int]:
+        from feedback_app.simulated import TeacherConfig, run_crowd
+
+        members = [
+            (key, TeacherConfig.from_dict({k: v for k, v in member.items() if k != "name"}))
+            for key, member in zip(self.setup["crowd_keys"], self.crowd, strict=True)
+        ]
+        return run_crowd(self.url, project, members)
+
+    def strategies(self, project: int) -> dict[str, int]:
+        """How many current comparisons were asked under each query strategy (as recorded on the labels)."""
+        tally: dict[str, int] = {}
+        path = f"/api/projects/{project}/comparisons/?page_size=500"
+        while path:
+            page = self.api.get(path)
+            for label in page["results"]:
+                tally[label["query_strategy"] or "?"] = tally.get(label["query_strategy"] or "?", 0) + 1
+            path = page["next"]
+        return tally
+
+    # Judges
+
+    def snapshot(self, project: int, kind: str, name: str) -> int:
+        return self.api.post(f"/api/projects/{project}/snapshots", {"name": name, "export_kind": kind})[1]["id"]
+
+    def judges(self, project: int, round_: int) -> dict[str, Any]:
+        rm = self.launch(
+            project,
+            {
+                "kind": "reward_model",
+                "snapshot": self.snapshot(project, "preference", f"preferences-r{round_}"),
+                "config": {
+                    "name": f"rm-r{round_}",
+                    "ensemble_size": self.args.ensemble,
+                    "layout": "decisions",
+                    "num_epochs": 3,
+                    "seed": round_,
+                    **self.overrides("reward_model"),
+                },
+            },
+        )
+        prm = self.launch(
+            project,
+            {
+                "kind": "prm",
+                "snapshot": self.snapshot(project, "stepwise", f"steps-r{round_}"),
+                "config": {"name": f"prm-r{round_}", "seed": round_, **self.overrides("prm")},
+            },
+        )
+        return {
+            "reward_model": rm["summary"]["registered_model"],
+            "prm": prm["summary"]["registered_model"],
+            "rm_accuracy": (rm["summary"].get("metrics") or {}).get("accuracy"),
+            "rm_seconds": rm["summary"].get("train_seconds"),
+            "prm_seconds": prm["summary"].get("train_seconds"),
+        }
+
+    # The policy
+
+    def train_policy(self, project: int, policy: int, round_: int, judges: dict[str, Any] | None) -> dict[str, Any]:
+        method = "ppo" if judges is None else self.args.method
+        # The starting policy of a later round is the last round's result, already evaluated on the same tasks.
+        config: dict[str, Any] = {"seed": round_, "eval_tasks": self.args.eval_tasks, "eval_base": round_ == 0}
+        body: dict[str, Any] = {"kind": method, "base_policy": policy, "review": {"enabled": False}}
+        if method == "ppo":
+            config.update(
+                max_steps=self.args.ppo_iterations,
+                rollouts_per_step=self.args.ppo_rollouts,
+                save_steps=self.args.ppo_iterations,
+                selection_tasks=0,  # no environment signal picks the checkpoint: the last iteration is the result
+            )
+            if judges is None:
+                config["reward_source"] = "oracle"
+            else:
+                body["judges"] = {"reward_model_path": judges["reward_model"], "prm_path": judges["prm"]}
+        elif method == "dpo":
+            body["snapshot"] = self.snapshot(project, "step_preference", f"step-preferences-r{round_}")
+        else:
+            body["judges"] = {"preference_model_path": judges["reward_model"]}
+        body["config"] = {**config, **self.overrides(method)}
+        run = self.launch(project, body)
+        return run["summary"]
+
+    def rollout(self, project: int, policy: int, round_: int, case: str) -> dict[str, Any]:
+        tasks = self.setup["projects"][case]["tasks"][round_ * self.args.tasks : (round_ + 1) * self.args.tasks]
+        config = {
+            "task_ids": tasks,
+            "samples_per_task": self.args.samples,
+            "seed": self.args.seed * 100 + round_,
+            "queue_comparisons": self.args.comparisons,
+            "queue_step_labels": self.args.step_items,
+        }
+        return self.launch(project, {"kind": "rollout", "policy_version": policy, "config": config})["summary"]
+
+    # A case
+
+    def run_case(self, case: str) -> tuple[dict[str, Any], list[Point]]:
+        info = self.setup["projects"][case]
+        project, policy = info["id"], info["policy"]
+        if case in STRATEGY:
+            self.api.request("PATCH", f"/api/projects/{project}/", {"query_strategy": STRATEGY[case]})
+        points: list[Point] = []
+        base: dict[str, Any] = {}
+        labelled = {"comparison": 0, "step_items": 0}
+        for round_ in range(self.args.rounds):
+            started = time.monotonic()
+            print(f"[{case}] round {round_ + 1}/{self.args.rounds}", flush=True)
+            judges = None
+            if case != "oracle":
+                summary = self.rollout(project, policy, round_, case)
+                print(f"    rollout: {json.dumps(summary.get('queued', {}))}", flush=True)
+                crowd = self.label(project)
+                print(f"    labelled in {crowd['seconds']:.0f} s: {json.dumps(crowd['total'])}", flush=True)
+                labelled["comparison"] += crowd["total"].get("comparison", 0)
+                labelled["step_items"] += crowd["total"].get("items", 0) - crowd["total"].get("comparison", 0)
+                judges = self.judges(project, round_)
+            summary = self.train_policy(project, policy, round_, judges)
+            metrics = summary.get("metrics") or {}
+            base = base or metrics.get("base") or {}
+            final = metrics.get("final") or {}
+            policy = summary["policy_version"]
+            points.append(
+                Point(
+                    round=round_ + 1,
+                    comparisons=labelled["comparison"],
+                    step_items=labelled["step_items"],
+                    greedy=final.get("greedy_success", float("nan")),
+                    greedy_stderr=final.get("greedy_stderr", float("nan")),
+                    sampled=final.get("sampled_success", float("nan")),
+                    sampled_stderr=final.get("sampled_stderr", float("nan")),
+                    policy_version=policy,
+                    seconds=time.monotonic() - started,
+                    strategies=self.strategies(project) if case != "oracle" else {},
+                    judges=judges or {},
+                )
+            )
+            print(f"    -> {describe(points[-1])}", flush=True)
+        return base, points
+
+
+def describe(point: Point) -> str:
+    return (
+        f"{point.comparisons} comparisons, {point.step_items} step labels: greedy {point.greedy:.1%} "
+        f"± {point.greedy_stderr:.1%}, sampled {point.sampled:.1%} ± {point.sampled_stderr:.1%} "
+        f"({point.seconds:.0f} s)"
+    )
+
+
+# --- the report ----------------------------------------------------------------------------------------------------
+
+
+def gain(points: list[Point], base: dict[str, Any], decoding: str) -> float:
+    return getattr(points[-1], decoding) - base.get(f"{decoding}_success", float("nan"))
+
+
+def labels_to_reach(points: list[Point], base: dict[str, Any], decoding: str, target: float) -> int | None:
+    """The fewest comparisons after which the case's gain reached `target`; None when it never did."""
+    for point in points:
+        if getattr(point, decoding) - base.get(f"{decoding}_success", float("nan")) >= target:
+            return point.comparisons
+    return None
+
+
+def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argparse.Namespace) -> dict[str, Any]:
+    base = next(iter(results.values()))[0]
+    print()
+    print(
+        f"Base policy: greedy {base.get('greedy_success', float('nan')):.1%}, sampled "
+        f"{base.get('sampled_success', float('nan')):.1%} on {args.eval_tasks} held-out tasks"
+    )
+    header = f"{'case':<8} {'round':>5} {'comparisons':>11} {'step items':>10} {'greedy':>16} {'sampled':>16}"
+    header += f" {'time':>6}"
+    print(header)
+    print("-" * len(header))
+    for case, (_, points) in results.items():
+        for p in points:
+            print(
+                f"{case:<8} {p.round:>5} {p.comparisons:>11} {p.step_items:>10} "
+                f"{p.greedy:>8.1%} ± {p.greedy_stderr:>4.1%} {p.sampled:>8.1%} ± {p.sampled_stderr:>4.1%} "
+                f"{p.seconds:>5.0f}s"
+            )
+    verdict: dict[str, Any] = {}
+    if "oracle" in results:
+        for decoding in ("sampled", "greedy"):
+            oracle_gain = gain(results["oracle"][1], base, decoding)
+            verdict[decoding] = {"oracle_gain": oracle_gain}
+            for case in ("random", "active"):
+                if case in results:
+                    case_gain = gain(results[case][1], base, decoding)
+                    verdict[decoding][f"{case}_gain"] = case_gain
+                    verdict[decoding][f"{case}_fraction_of_oracle"] = (
+                        case_gain / oracle_gain if oracle_gain > 0 else None
+                    )
+            if "random" in results and "active" in results:
+                target = gain(results["random"][1], base, decoding)
+                verdict[decoding]["labels_for_random_gain"] = {
+                    case: labels_to_reach(results[case][1], base, decoding, target) for case in ("random", "active")
+                }
+        print()
+        for decoding, figures in verdict.items():
+            parts = [f"oracle gain {figures['oracle_gain']:+.1%}"]
+            for case in ("random", "active"):
+                if f"{case}_gain" in figures:
+                    fraction = figures[f"{case}_fraction_of_oracle"]
+                    share = f"{fraction:.0%} of the oracle's" if fraction is not None else "oracle gained nothing"
+                    parts.append(f"{case} {figures[f'{case}_gain']:+.1%} ({share})")
+            if "labels_for_random_gain" in figures and figures.get("random_gain", 0) <= 0:
+                parts.append("random queries gained nothing, so there is no gain to match")
+            elif "labels_for_random_gain" in figures:
+                needed = figures["labels_for_random_gain"]
+                parts.append(
+                    f"comparisons to reach random's final gain: random {needed['random']}, active "
+                    f"{needed['active'] if needed['active'] is not None else 'not reached'}"
+                )
+            print(f"{decoding}: " + "; ".join(parts))
+    return verdict
+
+
+def plot(results: dict[str, tuple[dict[str, Any], list[Point]]], path: Path) -> None:
+    """Held-out success against comparisons, sampled and greedy side by side, as SVG from the dashboard's chart
+    module, and a PNG of the two rendered by Chromium (when Playwright and Chromium are installed)."""
+    from feedback_app.charts import line_chart
+
+    base = next(iter(results.values()))[0]
+    largest = max((p.comparisons for _, points in results.values() for p in points), default=0) or 1
+    charts = []
+    for decoding in ("sampled", "greedy"):
+        series: dict[str, list[tuple[float, float]]] = {}
+        for case, (_, points) in results.items():
+            if case == "oracle":  # no labels: its final success is drawn flat across the label axis
+                final = 100 * getattr(points[-1], decoding)
+                series["oracle reward (PPO, final)"] = [(0.0, final), (float(largest), final)]
+            else:
+                start = (0.0, 100 * base.get(f"{decoding}_success", 0.0))
+                series[f"{case} queries"] = [
+                    start,
+                    *((float(p.comparisons), 100 * getattr(p, decoding)) for p in points),
+                ]
+        charts.append(
+            line_chart(
+                series,
+                title=f"Held-out success, {decoding} decoding",
+                x_label="comparisons labelled",
+                y_label="success (%)",
+                width=560,
+                height=360,
+            )
+        )
+    html = "".join(f"<div style='width:560px;display:inline-block;margin:8px'>{chart}</div>" for chart in charts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    svg_paths = []
+    for decoding, chart in zip(("sampled", "greedy"), charts, strict=True):
+        svg_paths.append(path.with_name(f"{path.stem}-{decoding}.svg"))
+        svg_paths[-1].write_text(str(chart))
+    try:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium")
+            page = browser.new_page(viewport={"width": 1180, "height": 400})
+            page.set_content(f"<html><body style='margin:0;background:#fff;white-space:nowrap'>{html}</body></html>")
+            page.screenshot(path=str(path), full_page=True)
+            browser.close()
+        print(f"plot: {path} (and {', '.join(map(str, svg_paths))})")
+    except Exception as exc:  # Playwright or Chromium missing: the SVGs are the plot
+        names = ", ".join(map(str, svg_paths))
+        print(f"plot: {names} (no PNG: {exc.__class__.__name__}: {str(exc).splitlines()[0][:200]})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cases = args.cases.split(",")
+    crowd = json.loads(Path(args.crowd).read_text()) if args.crowd else DEFAULT_CROWD
+    for number, member in enumerate(crowd):
+        member.setdefault("name", f"teacher{number}")
+        member.setdefault("seed", args.seed * 100 + number)
+    work = (ROOT / args.work_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    policy_dir = base_policy(args, work)
+    data_dir = work / "data"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    servers = Servers(data_dir, args.port or free_port())
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL"):
+        os.environ.pop(name, None)
+    os.environ.update(TANDEM_DATA_DIR=str(data_dir), DJANGO_SETTINGS_MODULE="feedback_app.settings")
+    servers.manage("init_secret_key")
+    servers.manage("migrate", "--noinput", "-v", "0")
+    setup = set_up(args, cases, policy_dir, crowd)
+    servers.start()
+    print(f"Tandem at {servers.url} (data {data_dir}); cases {', '.join(cases)}; method {args.method}", flush=True)
+    results: dict[str, tuple[dict[str, Any], list[Point]]] = {}
+    try:
+        loop = Loop(args, servers.url, setup, crowd)
+        for case in cases:
+            results[case] = loop.run_case(case)
+    finally:
+        servers.stop()
+    verdict = report(results, args)
+    wall = time.monotonic() - started
+    print(f"\nwall time {wall / 60:.1f} min")
+    out = ROOT / args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    settings = {key: value for key, value in vars(args).items() if key != "settings"} | {"settings": args.settings}
+    out.write_text(
+        json.dumps(
+            {
+                "settings": settings,
+                "crowd": crowd,
+                "cases": {
+                    case: {"base": base, "points": [asdict(p) for p in points]}
+                    for case, (base, points) in results.items()
+                },
+                "verdict": verdict,
+                "wall_seconds": wall,
+            },
+            indent=2,
+        )
+    )
+    print(f"figures: {out}")
+    plot(results, ROOT / args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
