@@ -12,7 +12,7 @@ policy, and reads the held-out success the policy runs record. Only the setup (u
 base policy version) is written through the ORM.
 
     .venv/bin/python bench/loop.py                        # the default configuration (about 20 minutes on 2 CPU cores)
-    .venv/bin/python bench/loop.py --rounds 2 --comparisons 60 --ppo_iterations 2 --eval_tasks 40    # a smoke run
+    .venv/bin/python bench/loop.py --rounds 2 --comparisons 60 --iterations 2 --eval_tasks 40    # a smoke run
     .venv/bin/python bench/loop.py --cases random,active --method dpo
 
 Per round, for the random and the active case alike:
@@ -25,6 +25,10 @@ Per round, for the random and the active case alike:
 4. the policy trains from its current version: PPO on RM + PRM (`--method ppo`), step DPO on the interventions'
    corrections (`dpo`), or Nash-MD on the reward model's preferences (`nash_md`);
 5. its held-out success (greedy and sampled, `--eval_tasks` of the environment's 200) is read from the run.
+Each round's reward model is also scored, outside the loop, on one fixed set of oracle-ordered pairs (the base
+policy's two rollouts of `--test_tasks` tasks no round plays): how often it ranks the oracle's better trajectory
+higher. Unlike its own held-out split, these pairs are the same for every case and round, so they compare what the
+labels of random and of active queries taught it.
 The oracle case runs PPO from the same base for the same iterations per round with the environment's true reward
 and no labels.
 
@@ -73,9 +77,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--comparisons", type=int, default=100, help="Comparisons queued per round.")
     parser.add_argument("--step_items", type=int, default=16, help="Trajectories queued per round for step labels.")
     parser.add_argument("--ensemble", type=int, default=3, help="Reward-model ensemble members.")
-    parser.add_argument("--ppo_iterations", type=int, default=8, help="PPO iterations per round.")
-    parser.add_argument("--ppo_rollouts", type=int, default=16, help="PPO episodes per iteration.")
+    parser.add_argument("--iterations", type=int, default=6, help="PPO (or Nash-MD) iterations per round.")
+    parser.add_argument("--episodes", type=int, default=16, help="PPO episodes (Nash-MD tasks) per iteration.")
     parser.add_argument("--eval_tasks", type=int, default=200, help="Held-out tasks scored per policy (at most 200).")
+    parser.add_argument("--test_tasks", type=int, default=120, help="Tasks of the reward models' oracle test pairs.")
     parser.add_argument("--crowd", default="", help="A JSON list of TeacherConfig dicts (default: 3 teachers).")
     parser.add_argument("--policy", default="", help="The base policy directory (default: bootstrap one, seed 0).")
     parser.add_argument("--work_dir", default="var/bench/loop", help="The data directory, logs and base policy.")
@@ -88,7 +93,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = set(args.cases.split(",")) - set(CASES)
     if unknown:
         parser.error(f"--cases: unknown {sorted(unknown)}; the cases are {', '.join(CASES)}")
-    for name in ("rounds", "tasks", "comparisons", "ensemble", "ppo_iterations", "ppo_rollouts", "eval_tasks"):
+    for name in ("rounds", "tasks", "comparisons", "ensemble", "iterations", "episodes", "eval_tasks", "test_tasks"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: must be at least 1")
     if args.samples < 2:
@@ -251,13 +256,16 @@ class Point:
 
 
 class Loop:
-    def __init__(self, args: argparse.Namespace, url: str, setup: dict[str, Any], crowd: list[dict]) -> None:
+    def __init__(
+        self, args: argparse.Namespace, url: str, setup: dict[str, Any], crowd: list[dict], test_pairs: list
+    ) -> None:
         from feedback_app.simulated import ApiClient
 
         self.args = args
         self.url = url
         self.setup = setup
         self.crowd = crowd
+        self.test_pairs = test_pairs
         self.api = ApiClient(url, setup["researcher_key"])
 
     # Runs
@@ -334,10 +342,12 @@ class Loop:
                 "config": {"name": f"prm-r{round_}", "seed": round_, **self.overrides("prm")},
             },
         )
+        model = self.api.get(f"/api/projects/{project}/models/{rm['summary']['registered_model']}/")
         return {
+            "rm_oracle_accuracy": oracle_accuracy(model["path"], self.test_pairs),
             "reward_model": rm["summary"]["registered_model"],
             "prm": prm["summary"]["registered_model"],
-            "rm_accuracy": (rm["summary"].get("metrics") or {}).get("accuracy"),
+            "rm_own_heldout_accuracy": (rm["summary"].get("metrics") or {}).get("accuracy"),
             "rm_seconds": rm["summary"].get("train_seconds"),
             "prm_seconds": prm["summary"].get("train_seconds"),
         }
@@ -349,11 +359,11 @@ class Loop:
         # The starting policy of a later round is the last round's result, already evaluated on the same tasks.
         config: dict[str, Any] = {"seed": round_, "eval_tasks": self.args.eval_tasks, "eval_base": round_ == 0}
         body: dict[str, Any] = {"kind": method, "base_policy": policy, "review": {"enabled": False}}
+        iterations = {"max_steps": self.args.iterations, "save_steps": self.args.iterations}
         if method == "ppo":
             config.update(
-                max_steps=self.args.ppo_iterations,
-                rollouts_per_step=self.args.ppo_rollouts,
-                save_steps=self.args.ppo_iterations,
+                iterations,
+                rollouts_per_step=self.args.episodes,
                 selection_tasks=0,  # no environment signal picks the checkpoint: the last iteration is the result
             )
             if judges is None:
@@ -362,7 +372,8 @@ class Loop:
                 body["judges"] = {"reward_model_path": judges["reward_model"], "prm_path": judges["prm"]}
         elif method == "dpo":
             body["snapshot"] = self.snapshot(project, "step_preference", f"step-preferences-r{round_}")
-        else:
+        else:  # Nash-MD against the reward model's P(a > b)
+            config.update(iterations, batch_size=self.args.episodes)
             body["judges"] = {"preference_model_path": judges["reward_model"]}
         body["config"] = {**config, **self.overrides(method)}
         run = self.launch(project, body)
@@ -425,9 +436,42 @@ class Loop:
         return base, points
 
 
+# --- the measuring instrument: the reward model against the oracle -----------------------------------------------
+
+
+def oracle_test_pairs(policy_dir: Path, tasks: int, seed: int) -> list[tuple[Any, Any]]:
+    """(better, worse) pairs of the base policy's two sampled rollouts of `tasks` training tasks no round plays,
+    ordered by the oracle's graded return; equal returns are left out. The same pairs score every reward model."""
+    from reward_models import oracle_data
+    from reward_models.policy.bootstrap import BootstrapConfig
+    from reward_models.policy.local import LocalCausalLMPolicy
+
+    policy = LocalCausalLMPolicy(policy_dir)
+    episodes = oracle_data.policy_episodes(
+        policy, tasks, samples_per_task=2, seed=seed, start=900_000, env_config=BootstrapConfig().env_config()
+    )
+    pairs = []
+    for a, b in zip(episodes[::2], episodes[1::2], strict=True):
+        if a.score != b.score:
+            pairs.append((a, b) if a.score > b.score else (b, a))
+    return pairs
+
+
+def oracle_accuracy(model_dir: str, pairs: list[tuple[Any, Any]]) -> float:
+    """How often the reward model scores the oracle's better trajectory higher (its members' mean reward)."""
+    from reward_models.reward import load_reward_model
+
+    model = load_reward_model(model_dir, device="cpu")
+    episodes = [episode for pair in pairs for episode in pair]
+    rewards, _ = model.score([e.messages[:2] for e in episodes], [e.messages[2:] for e in episodes])
+    return sum(rewards[2 * i] > rewards[2 * i + 1] for i in range(len(pairs))) / len(pairs)
+
+
 def describe(point: Point) -> str:
+    accuracy = point.judges.get("rm_oracle_accuracy")
+    judged = f"reward model agrees with the oracle on {accuracy:.1%} of test pairs; " if accuracy is not None else ""
     return (
-        f"{point.comparisons} comparisons, {point.step_items} step labels: greedy {point.greedy:.1%} "
+        f"{point.comparisons} comparisons, {point.step_items} step labels: {judged}greedy {point.greedy:.1%} "
         f"± {point.greedy_stderr:.1%}, sampled {point.sampled:.1%} ± {point.sampled_stderr:.1%} "
         f"({point.seconds:.0f} s)"
     )
@@ -456,7 +500,7 @@ def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argpars
         f"{base.get('sampled_success', float('nan')):.1%} on {args.eval_tasks} held-out tasks"
     )
     header = f"{'case':<8} {'round':>5} {'comparisons':>11} {'step items':>10} {'greedy':>16} {'sampled':>16}"
-    header += f" {'time':>6}"
+    header += f" {'RM vs oracle':>12} {'time':>6}"
     print(header)
     print("-" * len(header))
     for case, (_, points) in results.items():
@@ -464,7 +508,7 @@ def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argpars
             print(
                 f"{case:<8} {p.round:>5} {p.comparisons:>11} {p.step_items:>10} "
                 f"{p.greedy:>8.1%} ± {p.greedy_stderr:>4.1%} {p.sampled:>8.1%} ± {p.sampled_stderr:>4.1%} "
-                f"{p.seconds:>5.0f}s"
+                f"{_percent(p.judges.get('rm_oracle_accuracy')):>12} {p.seconds:>5.0f}s"
             )
     verdict: dict[str, Any] = {}
     if "oracle" in results:
@@ -500,7 +544,28 @@ def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argpars
                     f"{needed['active'] if needed['active'] is not None else 'not reached'}"
                 )
             print(f"{decoding}: " + "; ".join(parts))
+    if "random" in results and "active" in results:
+        target = results["random"][1][-1].judges.get("rm_oracle_accuracy")
+        reached = {
+            case: next(
+                (p.comparisons for p in results[case][1] if p.judges.get("rm_oracle_accuracy", 0) >= target), None
+            )
+            for case in ("random", "active")
+        }
+        verdict["reward_model"] = {
+            case: [p.judges.get("rm_oracle_accuracy") for p in results[case][1]] for case in ("random", "active")
+        } | {"comparisons_for_random_final_accuracy": reached}
+        finals = ", ".join(f"{case} {_percent(verdict['reward_model'][case][-1])}" for case in ("random", "active"))
+        active = reached["active"] if reached["active"] is not None else "not reached"
+        print(
+            f"reward model against the oracle, last round: {finals}; comparisons to reach random's last accuracy: "
+            f"random {reached['random']}, active {active}"
+        )
     return verdict
+
+
+def _percent(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
 
 
 def plot(results: dict[str, tuple[dict[str, Any], list[Point]]], path: Path) -> None:
@@ -574,11 +639,14 @@ def main(argv: list[str] | None = None) -> int:
     servers.manage("init_secret_key")
     servers.manage("migrate", "--noinput", "-v", "0")
     setup = set_up(args, cases, policy_dir, crowd)
+    test_pairs = oracle_test_pairs(policy_dir, args.test_tasks, args.seed) if set(cases) - {"oracle"} else []
+    if test_pairs:
+        print(f"{len(test_pairs)} oracle-ordered test pairs score every reward model", flush=True)
     servers.start()
     print(f"Tandem at {servers.url} (data {data_dir}); cases {', '.join(cases)}; method {args.method}", flush=True)
     results: dict[str, tuple[dict[str, Any], list[Point]]] = {}
     try:
-        loop = Loop(args, servers.url, setup, crowd)
+        loop = Loop(args, servers.url, setup, crowd, test_pairs)
         for case in cases:
             results[case] = loop.run_case(case)
     finally:

@@ -233,23 +233,11 @@ class Queued:
         return counts
 
 
-def queue_selected(
-    project: Project,
-    trajectories: Sequence[Trajectory],
-    budget: int,
-    *,
-    strategy: str | None = None,
-    scorer: Scorer | None = None,
-    rng: random.Random | None = None,
-    priority: int = 0,
-    log: Callable[[str], None] | None = None,
-) -> list[QueueItem]:
-    """Queue up to `budget` comparisons among `trajectories` (pairs of one task) chosen by `strategy` (default: the
-    project's), scoring with `scorer` (default: the project's newest reward model). Every item records the strategy
-    that really chose it; fallbacks are logged through `log` (default: this module's logger)."""
-    return queue_selection(
-        project, trajectories, budget, strategy=strategy, scorer=scorer, rng=rng, priority=priority, log=log
-    ).items
+def queue_selected(project: Project, trajectories: Sequence[Trajectory], budget: int, **options) -> list[QueueItem]:
+    """Queue up to `budget` comparisons among `trajectories` (pairs of one task) chosen by the project's strategy
+    (or `strategy=`), scoring with the project's newest reward model (or `scorer=`); the options are
+    `queue_selection`'s. Every item records the strategy that really chose it."""
+    return queue_selection(project, trajectories, budget, **options).items
 
 
 def queue_selection(
@@ -263,7 +251,8 @@ def queue_selection(
     priority: int = 0,
     log: Callable[[str], None] | None = None,
 ) -> Queued:
-    """`queue_selected`, returning the items with the notes on any fallback."""
+    """`queue_selected`, returning the items with the notes on any fallback; fallbacks are also logged through `log`
+    (default: this module's logger)."""
     strategy = strategy or project.query_strategy
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
