@@ -11,9 +11,9 @@ scripted teachers, `feedback_app.simulated`) label them over HTTP, freezes snaps
 policy, and reads the held-out success the policy runs record. Only the setup (users, tokens, projects, tasks, the
 base policy version) is written through the ORM.
 
-    .venv/bin/python bench/loop.py                        # the default configuration (about 20 minutes on 2 CPU cores)
+    .venv/bin/python bench/loop.py                        # the defaults: about 18 minutes on 2 CPU cores
     .venv/bin/python bench/loop.py --rounds 2 --comparisons 60 --iterations 2 --eval_tasks 40    # a smoke run
-    .venv/bin/python bench/loop.py --cases random,active --method dpo
+    .venv/bin/python bench/loop.py --cases random,active --method dpo --step_items 16
 
 Per round, for the random and the active case alike:
 1. the current policy plays `--tasks` fresh training tasks × `--samples`; the rollout run queues `--comparisons`
@@ -75,7 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=64, help="Fresh training tasks the policy plays per round.")
     parser.add_argument("--samples", type=int, default=3, help="Rollouts per task (candidate pairs: samples C 2).")
     parser.add_argument("--comparisons", type=int, default=100, help="Comparisons queued per round.")
-    parser.add_argument("--step_items", type=int, default=16, help="Trajectories queued per round for step labels.")
+    parser.add_argument("--step_items", type=int, default=8, help="Trajectories queued per round for step labels.")
     parser.add_argument("--ensemble", type=int, default=3, help="Reward-model ensemble members.")
     parser.add_argument("--iterations", type=int, default=6, help="PPO (or Nash-MD) iterations per round.")
     parser.add_argument("--episodes", type=int, default=16, help="PPO episodes (Nash-MD tasks) per iteration.")
@@ -98,6 +98,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name}: must be at least 1")
     if args.samples < 2:
         parser.error("--samples: must be at least 2 (a comparison needs two rollouts of a task)")
+    if args.method == "dpo" and args.step_items < 16:
+        # Step DPO learns from the interventions' (correction > original) pairs, about one per step item, and
+        # balancing them per action leaves none of a handful (a first round of 6 gave "no usable pairs").
+        parser.error("--step_items: --method dpo learns from the interventions on step items; use 16 or more")
     try:
         args.settings = json.loads(args.settings)
     except json.JSONDecodeError as exc:
