@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 from reward_models.common import (
     PRECISIONS,
     ConfigError,
+    Reporter,
     checkpoint_dir,
+    finished_summary,
     require,
     resolve_precision,
     write_manifest,
@@ -195,6 +197,15 @@ def evaluate_policy(
         "mean_length": sampled["mean_length"],
         "tasks": len(seeds),
     }
+
+
+def finished_policy(config: PolicyTrainConfig, kind: str, reporter: Reporter) -> dict[str, Any] | None:
+    """The stored summary when `config.output_dir` already holds a finished policy of `kind` (and says so through
+    `reporter`), else None: a trainer returns it instead of training again."""
+    finished = finished_summary(config, kind)
+    if finished is not None:
+        reporter.log(f"{config.output_dir} already holds this policy; not training again")
+    return finished
 
 
 def evaluate_base(

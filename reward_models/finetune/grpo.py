@@ -47,7 +47,6 @@ from reward_models.common import (
     SilentReporter,
     checkpoint_dir,
     cli,
-    finished_summary,
     last_checkpoint,
     read_manifest,
     read_rows,
@@ -61,6 +60,7 @@ from reward_models.finetune.common import (
     environment_factory,
     evaluate_base,
     evaluate_policy,
+    finished_policy,
     load_policy_model,
     save_trained_policy,
     success_gain,
@@ -251,9 +251,8 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
     from transformers.trainer_callback import PrinterCallback
 
     reporter = reporter or SilentReporter()
-    finished = finished_summary(config, KIND)
+    finished = finished_policy(config, KIND, reporter)
     if finished is not None:
-        reporter.log(f"{config.output_dir} already holds this policy; not training again")
         return finished
     precision = resolve_precision(config.precision)
     torch.manual_seed(config.seed)

@@ -53,7 +53,6 @@ from reward_models.common import (
     Reporter,
     SilentReporter,
     cli,
-    finished_summary,
     read_manifest,
     require,
     resolve_precision,
@@ -64,6 +63,7 @@ from reward_models.finetune.common import (
     episode_encodings,
     evaluate_base,
     evaluate_policy,
+    finished_policy,
     load_policy_model,
     make_accelerator,
     out_of_time,
@@ -75,8 +75,8 @@ from reward_models.finetune.common import (
     token_logprobs,
     train_seeds_tasks,
 )
-from reward_models.policy.base import Decision
-from reward_models.policy.turns import Message, parse_decision, render_prompt
+from reward_models.policy.base import BatchedPolicy, Decision
+from reward_models.policy.turns import parse_decision
 from reward_models.rollout import episode_messages
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def mixture_logprobs(policy_logits: torch.Tensor, reference_logits: torch.Tensor
     return mixed.log_softmax(-1)
 
 
-class MixturePolicy:
+class MixturePolicy(BatchedPolicy):
     """A `Policy` that writes each token from the geometric mixture of `model` and `reference`
     (`mixture_logprobs`), decoding both models step by step with their KV caches. Greedy takes the mixture's
     argmax; sampling draws from it at `temperature`. ``Decision.logprob`` is under the mixture."""
@@ -169,22 +169,6 @@ class MixturePolicy:
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-    def act(
-        self,
-        conversations: Sequence[Sequence[Message]],
-        *,
-        greedy: bool = True,
-        temperature: float = 1.0,
-        seed: int = 0,
-    ) -> list[Decision]:
-        if not greedy and temperature <= 0:
-            raise ValueError(f"temperature must be positive when sampling, got {temperature}")
-        prompts = [render_prompt(self.tokenizer, conversation) for conversation in conversations]
-        decisions: list[Decision] = []
-        for start in range(0, len(prompts), self.batch_size):
-            decisions += self._generate(prompts[start : start + self.batch_size], greedy, temperature, seed + start)
-        return decisions
 
     def prompt_batch(self, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
         padding_side = self.tokenizer.padding_side
@@ -317,9 +301,8 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
     from reward_models.rollout import rollout
 
     reporter = reporter or SilentReporter()
-    finished = finished_summary(config, KIND)
+    finished = finished_policy(config, KIND, reporter)
     if finished is not None:
-        reporter.log(f"{config.output_dir} already holds this policy; not training again")
         return finished
     precision = resolve_precision(config.precision)
     accelerator = make_accelerator(config)

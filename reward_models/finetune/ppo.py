@@ -58,7 +58,6 @@ from reward_models.common import (
     SilentReporter,
     checkpoint_dir,
     cli,
-    finished_summary,
     require,
     seed_everything,
 )
@@ -71,6 +70,7 @@ from reward_models.finetune.common import (
     episode_encodings,
     evaluate_base,
     evaluate_policy,
+    finished_policy,
     load_policy_model,
     loop_checkpoints,
     make_accelerator,
@@ -633,9 +633,8 @@ def main(config: PPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train the policy with PPO, keep the best checkpoint, evaluate it against the base on the held-out tasks and
     write `config.output_dir`; returns the summary (also kept in the manifest)."""
     reporter = reporter or SilentReporter()
-    finished = finished_summary(config, KIND)
+    finished = finished_policy(config, KIND, reporter)
     if finished is not None:
-        reporter.log(f"{config.output_dir} already holds this policy; not training again")
         return finished
     run = setup_run(config, reporter)
     accelerator, judges = run.accelerator, run.judges

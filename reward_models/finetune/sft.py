@@ -45,7 +45,6 @@ from reward_models.common import (
     SilentReporter,
     checkpoint_dir,
     cli,
-    finished_summary,
     read_rows,
     require,
     seed_everything,
@@ -56,6 +55,7 @@ from reward_models.finetune.common import (
     conversation_turns,
     evaluate_base,
     final_metrics,
+    finished_policy,
     load_policy_model,
     lora_config,
     save_trained_policy,
@@ -137,9 +137,8 @@ def main(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Imitate the rows of `config.data_path`, evaluate against the starting policy on the held-out tasks and write
     `config.output_dir`; returns the summary (also kept in the manifest)."""
     reporter = reporter or SilentReporter()
-    finished = finished_summary(config, KIND)
+    finished = finished_policy(config, KIND, reporter)
     if finished is not None:
-        reporter.log(f"{config.output_dir} already holds this policy; not training again")
         return finished
     seed_everything(config.seed)
     rows = read_rows(config.data_path)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from reward_models.policy.turns import Message
+from reward_models.policy.turns import Message, render_prompt
 
 
 @dataclass
@@ -38,6 +38,33 @@ class Policy(Protocol):
     ) -> list[Decision]:
         """One decision per conversation, in order. The same inputs and seed give the same decisions."""
         ...
+
+
+class BatchedPolicy:
+    """`act` for a local model's policies: each conversation rendered with the tokenizer's chat template, then
+    `_generate` on `batch_size` prompts at a time, seeded by the batch's offset."""
+
+    tokenizer: Any
+    batch_size: int
+
+    def act(
+        self,
+        conversations: Sequence[Sequence[Message]],
+        *,
+        greedy: bool = True,
+        temperature: float = 1.0,
+        seed: int = 0,
+    ) -> list[Decision]:
+        if not greedy and temperature <= 0:
+            raise ValueError(f"temperature must be positive when sampling, got {temperature}")
+        prompts = [render_prompt(self.tokenizer, conversation) for conversation in conversations]
+        decisions: list[Decision] = []
+        for start in range(0, len(prompts), self.batch_size):
+            decisions += self._generate(prompts[start : start + self.batch_size], greedy, temperature, seed + start)
+        return decisions
+
+    def _generate(self, prompts: list[str], greedy: bool, temperature: float, seed: int) -> list[Decision]:
+        raise NotImplementedError
 
 
 def load_policy(spec: dict[str, Any]) -> Policy:

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reward_models.policy.base import Decision
+from reward_models.policy.base import BatchedPolicy, Decision
 from reward_models.policy.model import read_policy_settings
-from reward_models.policy.turns import Message, parse_decision, render_prompt
+from reward_models.policy.turns import parse_decision
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
-class LocalCausalLMPolicy:
+class LocalCausalLMPolicy(BatchedPolicy):
     """Batched generation from a local causal LM, loaded offline.
 
     Prompts are rendered with the tokenizer's chat template (``turns.render_prompt``), left-padded, and decoded
@@ -90,22 +89,6 @@ class LocalCausalLMPolicy:
         self.history_window = history_window
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
-
-    def act(
-        self,
-        conversations: Sequence[Sequence[Message]],
-        *,
-        greedy: bool = True,
-        temperature: float = 1.0,
-        seed: int = 0,
-    ) -> list[Decision]:
-        if not greedy and temperature <= 0:
-            raise ValueError(f"temperature must be positive when sampling, got {temperature}")
-        prompts = [render_prompt(self.tokenizer, conversation) for conversation in conversations]
-        decisions: list[Decision] = []
-        for start in range(0, len(prompts), self.batch_size):
-            decisions += self._generate(prompts[start : start + self.batch_size], greedy, temperature, seed + start)
-        return decisions
 
     def _generate(self, prompts: list[str], greedy: bool, temperature: float, seed: int) -> list[Decision]:
         import torch
