@@ -29,14 +29,8 @@
     });
     if (!target) return;
     event.preventDefault();
-    if (target.matches("input, textarea, select")) {
-      target.focus();
-      return;
-    }
-    // htmx wires newly swapped elements only when they settle (20 ms later); a fast key press in between would
-    // click a button with no handler and be lost. Processing twice is harmless: htmx skips wired elements.
-    if (window.htmx) window.htmx.process(target);
-    target.click();
+    if (target.matches("input, textarea, select")) target.focus();
+    else target.click();
   });
 
   function flash(text) {

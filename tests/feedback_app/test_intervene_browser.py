@@ -49,3 +49,27 @@ def test_an_intervention_is_continued_by_the_worker_and_its_child_appears_in_the
 
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(docs_dir / "intervene.png"))
+
+
+# Clicks the "right" button from inside the task that swapped the take-over form in, before any timer could run: a
+# key pressed in the gap between htmx's swap and its settle used to hit a button with no handler yet, and was lost.
+PRESS_RIGHT_THE_MOMENT_TAKEOVER_LANDS = """() => {
+    new MutationObserver((records, observer) => {
+        const right = document.querySelector("#intervene-play button[name=pick][value=right]");
+        if (!right || !document.querySelector("input[name=mode][value=takeover]")) return;
+        observer.disconnect();
+        document.body.dispatchEvent(new KeyboardEvent("keydown", {key: "ArrowRight", bubbles: true}));
+    }).observe(document.body, {childList: true, subtree: true});
+}"""
+
+
+def test_a_key_pressed_the_moment_a_swap_lands_is_not_lost(browser_page_for, annotator, project, task, tiny_policy):
+    trajectory = play_gridworld(task, tiny_policy, SEED_7_ACTIONS)
+    page = browser_page_for(annotator)
+    page.goto(reverse("intervene", args=[project.pk, trajectory.pk, FIRST_WRONG_INDEX]))
+    page.keyboard.press("w")
+    page.wait_for_selector("#corrected-action[value='up']")
+    page.evaluate(PRESS_RIGHT_THE_MOMENT_TAKEOVER_LANDS)
+    page.keyboard.press("t")
+    page.wait_for_selector("input[name=takeover_actions][value=right]", state="attached", timeout=10_000)
+    assert page.locator(".played-list li code").all_inner_texts() == ["up", "right"]
