@@ -41,8 +41,12 @@ def aggregate(votes: Sequence[Vote], how: Aggregation, min_agreement: float | No
     """
     if not votes:
         return []
-    if len(votes) == 1:  # the common case: no counting, and full agreement passes any min_agreement
-        return [Verdict(votes[0].value, (votes[0],), (votes[0],), 1.0)]
+    first = votes[0].value
+    if all(vote.value == first for vote in votes):  # the common case: no counting, and any min_agreement passes
+        if how == Aggregation.ALL:
+            return [Verdict(first, (vote,), (vote,), 1.0) for vote in votes]
+        votes = tuple(votes)
+        return [Verdict(first, votes, votes, 1.0)]
     counts: dict[Hashable, int] = {}
     for vote in votes:
         counts[vote.value] = counts.get(vote.value, 0) + 1

@@ -26,12 +26,10 @@ from django.db.models.functions import Cast
 from feedback_app.models import Step, Trajectory
 from reward_models.policy.turns import (  # noqa: F401 (transcript, text_pair, text_steps are re-exported)
     Message,
-    Turn,
     format_decision,
     text_pair,
     text_steps,
     transcript,
-    turn_messages,
 )
 
 # The one JSON layout of every export: compact, UTF-8 as it is.
@@ -105,12 +103,17 @@ def action_text(action: str, tool_calls: list | str | None) -> str:
 
 def build_messages(instruction: str, steps: Sequence[Sequence]) -> list[Message]:
     """The conversation of a trajectory from its steps in order, each ending in `(observation, reasoning, action,
-    tool_calls)` (what comes before, e.g. the trajectory id of a fetched row, is ignored)."""
-    if not steps:
-        return [{"role": "system", "content": instruction}]
-    turns = [Turn(step[-4], format_decision(step[-3], action_text(step[-2], step[-1]))) for step in steps]
-    messages = turn_messages(instruction, turns[:-1], turns[-1].observation, history_window=None)
-    messages.append({"role": "assistant", "content": turns[-1].response})
+    tool_calls)` (what comes before, e.g. the trajectory id of a fetched row, is ignored).
+
+    It is `turn_messages(instruction, turns[:-1], turns[-1].observation, None)` plus the last decision, written out
+    flat: an export builds a million of these, and the `Turn` objects in between were a tenth of its time."""
+    messages: list[Message] = [{"role": "system", "content": instruction}]
+    append = messages.append
+    for *_, observation, reasoning, action, tool_calls in steps:
+        if tool_calls and not action:
+            action = action_text(action, tool_calls)
+        append({"role": "user", "content": observation})
+        append({"role": "assistant", "content": format_decision(reasoning, action)})
     return messages
 
 
