@@ -244,7 +244,7 @@ def test_overview_makes_a_bounded_number_of_queries(
     client, project, researcher, labelled, django_assert_max_num_queries
 ):
     client.force_login(researcher)
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(16):
         client.get(reverse("project-dashboard", args=[project.pk]))
 
 

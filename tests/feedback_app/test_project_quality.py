@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import random
+from collections import Counter, defaultdict
 from datetime import timedelta
+from itertools import combinations
 
 import pytest
 from django.utils import timezone
 
-from feedback_app.agreement import project_quality
+from feedback_app.agreement import (
+    fleiss_kappa,
+    krippendorff_alpha_nominal,
+    majority_agreement,
+    median,
+    pairwise_kappas,
+    project_quality,
+)
 from feedback_app.gold import annotator_gold_accuracy
 from feedback_app.models import Assignment, Comparison, LabelKind, QueueItem, StepLabel
 
@@ -212,9 +222,77 @@ def test_it_reads_the_project_in_a_constant_number_of_queries(
                 _label_steps(project, user, a, {0: 1, 1: -1})
 
     add_labels(2)
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(8):
         project_quality(project)
     add_labels(10)
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(8):
         quality = project_quality(project)
     assert quality.kind(LabelKind.COMPARISON).labels == 24
+
+
+def test_the_databases_counts_give_the_textbook_figures_on_random_labels(project, django_user_model, make_trajectory):
+    """project_quality counts in SQL; the plain functions above it are the reference. Random units with one to five
+    raters and two to four categories in play make every case of the leave-one-out majority (clear, two-way and
+    three-way ties) and units no one else labelled."""
+    rng = random.Random(11)
+    raters = [django_user_model.objects.create_user(username=f"rater{i}", password="pw") for i in range(5)]
+    trajectories = [make_trajectory(n_steps=4) for _ in range(9)]
+    comparisons, step_labels = [], []
+    for a, b in list(combinations(trajectories, 2))[:30]:
+        choices = ["a", "b", "tie", "both_bad"][: rng.randint(2, 4)]
+        for rater in rng.sample(raters, rng.randint(1, 5)):
+            seconds = rng.choice([None, round(rng.uniform(1, 60), 1)])
+            choice = rng.choice(choices)
+            comparisons.append(
+                Comparison(project=project, annotator=rater, trajectory_a=a, trajectory_b=b, choice=choice,
+                           seconds_spent=seconds)
+            )  # fmt: skip
+    for trajectory in trajectories:
+        for step in trajectory.steps.all():
+            for rater in rng.sample(raters, rng.randint(1, 5)):
+                value = rng.choice((-1, 0, 1))
+                step_labels.append(
+                    StepLabel(project=project, annotator=rater, step=step, value=value, seconds_spent=3.0)
+                )
+    Comparison.objects.bulk_create(comparisons)
+    StepLabel.objects.bulk_create(step_labels)
+
+    quality = project_quality(project, min_shared=3)
+    names = {rater.pk: rater.username for rater in raters}
+    for kind, labels in (
+        (LabelKind.COMPARISON, [((c.trajectory_a_id, c.trajectory_b_id), c.annotator_id, c.choice, c.seconds_spent)
+                                for c in comparisons]),
+        (LabelKind.STEP_LABEL, [(s.step_id, s.annotator_id, s.value, s.seconds_spent) for s in step_labels]),
+    ):  # fmt: skip
+        by_unit: defaultdict = defaultdict(dict)
+        seconds: defaultdict = defaultdict(list)
+        for unit, rater, category, spent in labels:
+            by_unit[unit][rater] = category
+            seconds[rater].append(spent)
+        overlapping = [by_rater for by_rater in by_unit.values() if len(by_rater) >= 2]
+        figures = quality.kind(kind)
+        assert (figures.labels, figures.units, figures.units_with_overlap) == (
+            len(labels),
+            len(by_unit),
+            len(overlapping),
+        )
+        assert figures.fleiss_kappa == pytest.approx(fleiss_kappa(Counter(r.values()) for r in overlapping))
+        assert figures.krippendorff_alpha == pytest.approx(krippendorff_alpha_nominal(r.values() for r in overlapping))
+        majority = majority_agreement(by_unit)
+        assert {row.annotator_id: (row.majority, row.labels) for row in figures.annotators} == {
+            rater: (majority[rater], len(seconds[rater])) for rater in seconds
+        }
+        assert {row.annotator_id: row.median_seconds for row in figures.annotators} == pytest.approx(
+            {rater: median(spent) for rater, spent in seconds.items()}
+        )
+        expected_pairs = {
+            tuple(sorted((names[pair.rater_a], names[pair.rater_b]))): pair
+            for pair in pairwise_kappas(by_unit, min_shared=3)
+        }
+        assert [(pair.rater_a, pair.rater_b) for pair in figures.pairs] == sorted(expected_pairs)
+        for pair in figures.pairs:
+            expected = expected_pairs[pair.rater_a, pair.rater_b]
+            assert (pair.shared, pair.kappa) == (expected.shared, pytest.approx(expected.kappa))
+        assert len(expected_pairs) >= 5  # enough rater pairs share three units for the comparison to mean something
+    majorities = [row.majority for kind in quality.kinds for row in kind.annotators]
+    assert all(0 < m.agreed < m.compared for m in majorities)  # both outcomes occur for every rater

@@ -83,7 +83,7 @@ def test_the_panel_makes_a_constant_number_of_queries(
     client, researcher, project, annotator, other_annotator, make_trajectory, labelled, django_assert_max_num_queries
 ):
     client.force_login(researcher)
-    with django_assert_max_num_queries(8) as few:
+    with django_assert_max_num_queries(12) as few:
         client.get(_url(project), headers={"HX-Request": "true"})
     for _ in range(20):
         a, b = make_trajectory(n_steps=2), make_trajectory(n_steps=2)
