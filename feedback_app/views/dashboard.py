@@ -31,7 +31,6 @@ from feedback_app.leaderboard import DEFAULT_PRIOR, fit_bradley_terry, outcomes_
 from feedback_app.lineage import Node, lineage_svg
 from feedback_app.models import (
     Assignment,
-    Comparison,
     DatasetSnapshot,
     Evaluation,
     LabelKind,
@@ -323,13 +322,14 @@ def _lineage(project, policies, judge_models, snapshots, runs) -> tuple[list[Nod
 @require_GET
 @login_required
 def leaderboard(request: HttpRequest, project_pk: int) -> HttpResponse:
-    from training.review import human_win_rate
+    from training.review import human_win_rates, version_comparison_counts
 
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
     policies = list(
         PolicyVersion.objects.filter(project=project).select_related("parent").order_by("created_at", "id")
     )
-    fit = fit_bradley_terry(outcomes_from_choices(_comparison_counts(project)))
+    fit = fit_bradley_terry(outcomes_from_choices(version_comparison_counts(project.pk, gold=False)))
+    win_rates = human_win_rates(policies)
     figures = _latest_figures(project)
     rows = []
     for policy in policies:
@@ -341,7 +341,7 @@ def leaderboard(request: HttpRequest, project_pk: int) -> HttpResponse:
                 "greedy": latest.get("heldout_success/greedy"),
                 "sampled": latest.get("heldout_success/sampled"),
                 "rm_score": latest.get("rm_score"),
-                "win_rate": human_win_rate(policy) if policy.parent_id else None,
+                "win_rate": win_rates[policy.pk],
             }
         )
     rows.sort(key=lambda row: (row["strength"] is None, -(row["strength"].strength if row["strength"] else 0)))
@@ -354,27 +354,6 @@ def leaderboard(request: HttpRequest, project_pk: int) -> HttpResponse:
     )
     context = {"project": project, "rows": rows, "chart": chart, "fitted": bool(fit), "prior": DEFAULT_PRIOR}
     return render(request, "feedback_app/dashboard/leaderboard.html", context)
-
-
-def _comparison_counts(project: Project) -> list[tuple[int, int, str, int]]:
-    """(version of a, version of b, choice, count) over current comparisons between trajectories of two policy
-    versions. Gold items are left out: they are chosen to be easy, and they test the annotator, not the policy."""
-    rows = (
-        Comparison.objects.filter(
-            project=project,
-            is_current=True,
-            trajectory_a__policy_version__isnull=False,
-            trajectory_b__policy_version__isnull=False,
-        )
-        .filter(Q(assignment__isnull=True) | Q(assignment__item__is_gold=False))
-        .order_by()
-        .values("trajectory_a__policy_version", "trajectory_b__policy_version", "choice")
-        .annotate(n=Count("pk"))
-    )
-    return [
-        (row["trajectory_a__policy_version"], row["trajectory_b__policy_version"], row["choice"], row["n"])
-        for row in rows
-    ]
 
 
 def _latest_figures(project: Project) -> dict[int, dict[str, Evaluation]]:

@@ -443,7 +443,7 @@ def _page(
     launch_errors: dict[str, str] | None = None,
     snapshot_errors: dict[str, str] | None = None,
 ) -> HttpResponse:
-    from training.review import human_win_rate
+    from training.review import human_win_rates
 
     evaluations: dict[int, list[Evaluation]] = defaultdict(list)
     for evaluation in Evaluation.objects.filter(project=project, policy_version__isnull=False).order_by("-id"):
@@ -453,12 +453,13 @@ def _page(
         .select_related("parent", "produced_by")
         .order_by("-created_at", "-id")
     )
+    win_rates = human_win_rates(policies)
     for policy in policies:
         latest = _latest_by_name(evaluations[policy.pk])
         policy.greedy = latest.get("heldout_success/greedy")
         policy.sampled = latest.get("heldout_success/sampled")
         policy.rm_score = latest.get("rm_score")
-        policy.win_rate = human_win_rate(policy) if policy.parent_id else None
+        policy.win_rate = win_rates[policy.pk]
     context = {
         **_runs_context(project),
         "snapshots": DatasetSnapshot.objects.filter(project=project).order_by("-created_at", "-id"),

@@ -346,6 +346,24 @@ def test_leaderboard_shows_success_reward_model_score_and_win_rate_beside_streng
     assert [g.get("data-label") for g in chart.iter(f"{SVG}g") if g.get("class") == "interval"] == ["v2", "agent-v1"]
 
 
+def test_leaderboard_and_training_page_queries_do_not_grow_with_the_versions(
+    client, project, researcher, labelled, django_assert_max_num_queries
+):
+    client.force_login(researcher)
+    pages = [reverse("project-leaderboard", args=[project.pk]), reverse("training", args=[project.pk])]
+    before = []
+    for url in pages:
+        with CaptureQueriesContext(connection) as queries:
+            client.get(url)
+        before.append(len(queries))
+    parent = labelled["v3"]
+    for n in range(5):
+        parent = PolicyVersion.objects.create(project=project, name=f"v{4 + n}", kind="external", parent=parent)
+    for url, count in zip(pages, before, strict=True):
+        with django_assert_max_num_queries(count):
+            client.get(url)
+
+
 def test_leaderboard_without_comparisons_lists_every_version_unranked(client, project, researcher, registry):
     client.force_login(researcher)
     response = client.get(reverse("project-leaderboard", args=[project.pk]))
