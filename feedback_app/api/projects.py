@@ -140,6 +140,16 @@ class PolicyVersionViewSet(ProjectScopedMixin, viewsets.ModelViewSet):
             return PolicyVersion.objects.none()
         return PolicyVersion.objects.filter(project=self.project)
 
+    def get_serializer(self, *args, **kwargs):
+        if kwargs.get("many") and args:
+            # A page of versions gets every win rate from one query rather than one query per version.
+            from training.review import human_win_rates
+
+            versions = list(args[0])
+            kwargs.setdefault("context", self.get_serializer_context())["win_rates"] = human_win_rates(versions)
+            args = (versions, *args[1:])
+        return super().get_serializer(*args, **kwargs)
+
     def perform_create(self, serializer) -> None:
         serializer.save(project=self.project)
 

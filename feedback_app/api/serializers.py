@@ -193,7 +193,8 @@ class PolicyVersionSerializer(serializers.ModelSerializer):
     def get_human_win_rate(self, version: PolicyVersion) -> dict | None:
         from training.review import human_win_rate
 
-        return human_win_rate(version)
+        known = self.context.get("win_rates", {})
+        return known[version.pk] if version.pk in known else human_win_rate(version)
 
     def validate(self, attrs: dict) -> dict:
         merged = {

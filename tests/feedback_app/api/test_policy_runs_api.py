@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from feedback_app.exports.filters import ExportFilters
 from feedback_app.exports.snapshots import create_snapshot
@@ -92,7 +94,25 @@ def test_a_child_version_reports_the_human_win_rate_against_its_parent(
             trajectory_b=new,
             choice="b" if choice == "new" else "a",
         )
-    body = api_as(researcher).get(f"/api/projects/{project.pk}/policy-versions/{child.pk}/").json()
+    client = api_as(researcher)
+    body = client.get(f"/api/projects/{project.pk}/policy-versions/{child.pk}/").json()
     rate = body["human_win_rate"]
     assert (rate["wins"], rate["losses"], rate["ties"], rate["n"], rate["parent"]) == (2, 1, 0, 3, tiny_policy.pk)
     assert rate["value"] == pytest.approx(2 / 3) and rate["low"] < 2 / 3 < rate["high"]
+    # The list gives the same figures, every version's from one query.
+    listed = {row["id"]: row for row in client.get(f"/api/projects/{project.pk}/policy-versions/").json()["results"]}
+    assert listed[child.pk]["human_win_rate"] == rate and listed[tiny_policy.pk]["human_win_rate"] is None
+
+
+def test_listing_versions_costs_the_same_queries_however_many_have_parents(
+    api_as, project, researcher, tiny_policy, django_assert_max_num_queries
+):
+    client = api_as(researcher)
+    url = f"/api/projects/{project.pk}/policy-versions/"
+    with CaptureQueriesContext(connection) as queries:
+        client.get(url)
+    parent = tiny_policy
+    for n in range(5):
+        parent = PolicyVersion.objects.create(project=project, name=f"v{n}", kind="external", parent=parent)
+    with django_assert_max_num_queries(len(queries)):
+        assert len(client.get(url).json()["results"]) == 6
