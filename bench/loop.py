@@ -625,6 +625,9 @@ def plot(results: dict[str, tuple[dict[str, Any], list[Point]]], path: Path) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # `kill` (SIGTERM) ends the benchmark through its `finally`, which stops the web server and the worker; by
+    # default it would end only this process and leave both running.
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     cases = args.cases.split(",")
     crowd = json.loads(Path(args.crowd).read_text()) if args.crowd else DEFAULT_CROWD
     for number, member in enumerate(crowd):
