@@ -27,6 +27,7 @@ import random
 import re
 import secrets
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -373,6 +374,7 @@ def percentile(values: list[float], share: float) -> float:
 
 def main() -> None:
     args = parse_args()
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))  # `kill` runs the cleanup too
     database_url = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
     # Enough items for the labels a fast server could take in the whole run, with room to spare.
     expected_labels = args.annotators / (args.think_ms / 1000) * (args.warmup + args.duration + 30)

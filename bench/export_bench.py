@@ -346,6 +346,7 @@ def stream_export(args, project_pk: int, cookie: str, query: dict, sample_pid: i
 
 def main() -> None:
     args = parse_args()
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))  # `kill` runs the cleanup too
     database_url = f"{args.server_url}/{args.database}"
     os.environ["DATABASE_URL"] = database_url
     # The server checks the session this process signs, so both use this key.

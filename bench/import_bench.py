@@ -19,6 +19,7 @@ import http.client
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -148,6 +149,7 @@ def post_file(port: int, path: str, body: Path, key: str) -> tuple[int, dict, fl
 
 def main() -> None:
     args = parse_args()
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))  # `kill` runs the cleanup too
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "feedback_app.settings",
