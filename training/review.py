@@ -121,8 +121,7 @@ def human_win_rate(version: PolicyVersion) -> dict[str, Any] | None:
     of one's trajectory against the other's, gold items included. None without a parent."""
     if version.parent_id is None:
         return None
-    counts = version_comparison_counts(version.project_id, (version.pk, version.parent_id), gold=True)
-    return win_rate_of_counts(version.pk, version.parent_id, counts)
+    return human_win_rates([version])[version.pk]
 
 
 def human_win_rates(versions: Iterable[PolicyVersion]) -> dict[int, dict[str, Any] | None]:
