@@ -53,7 +53,16 @@ class QueueItem(models.Model):
             ),
             models.CheckConstraint(condition=Q(completed_count__lte=F("overlap")), name="queueitem_not_overfilled"),
         ]
-        indexes = [models.Index(fields=["project", "kind", "-priority", "id"])]
+        indexes = [
+            models.Index(fields=["project", "kind", "-priority", "id"]),
+            # The queue's next item is the first open one in this order: without the condition every request walks
+            # past all the items already labelled.
+            models.Index(
+                fields=["project", "kind", "-priority", "id"],
+                condition=Q(completed_count__lt=F("overlap")),
+                name="queueitem_open_in_order",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} item {self.pk}"
