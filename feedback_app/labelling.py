@@ -31,6 +31,7 @@ from feedback_app.models import (
     Trajectory,
 )
 from feedback_app.models.labels import ComparisonChoice, LabelBase, SpanField, StaleRevision, StepLabelValue
+from feedback_app.models.queue import AssignmentStatus
 
 DISPLAY_CHOICES = {"left", "right", ComparisonChoice.TIE, ComparisonChoice.BOTH_BAD}
 
@@ -78,7 +79,10 @@ def submit_comparison(
 ) -> Stored:
     """Store the annotator's comparison for a comparison assignment. `choice` is in a/b terms (canonical_choice)."""
     _check_assignment(user, assignment, LabelKind.COMPARISON)
-    if (earlier := _by_token(Comparison, user, client_token)) is not None:
+    # A label completes its assignment in the same transaction, so while the assignment is leased no submit of it
+    # has been stored yet and the token needs no lookup. A concurrent duplicate, or a token reused elsewhere, meets
+    # the unique index in _store and gets the same answer as the lookup would give.
+    if assignment.status != AssignmentStatus.LEASED and (earlier := _by_token(Comparison, user, client_token)):
         return Stored(earlier, False)
     if choice not in ComparisonChoice.values:
         raise ValidationError({"choice": f"Choose one of {', '.join(ComparisonChoice.values)}, not {choice!r}."})

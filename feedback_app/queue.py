@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
@@ -23,10 +24,6 @@ from django.utils import timezone
 
 from feedback_app.models import Assignment, LabelKind, Project, QueueItem, Trajectory
 from feedback_app.models.queue import AssignmentStatus
-
-# How many candidates one request reads at once without row locks (SQLite), where a candidate may be taken between
-# the read and the insert. With row locks one is enough: a locked row is skipped, not waited for.
-CANDIDATES_PER_TRY = 8
 
 
 class LeaseLost(Exception):
@@ -65,14 +62,39 @@ def open_items(project: Project, user, *, kind: str | None = None, now: datetime
 
 
 def current_assignment(project: Project, user, *, kind: str | None = None, now: datetime | None = None):
-    """The user's unexpired lease in this project, if any (so a reload resumes the same item)."""
-    now = now or timezone.now()
-    leases = Assignment.objects.filter(
-        item__project=project, annotator=user, status=AssignmentStatus.LEASED, leased_until__gte=now
+    """The user's unexpired lease in this project, if any (so a reload resumes the same item), with its item."""
+    return _assignment_with_item(
+        "a.status = %s AND a.leased_until >= %s",
+        [AssignmentStatus.LEASED, _moment(now or timezone.now())],
+        project,
+        user,
+        kind,
     )
-    if kind:
-        leases = leases.filter(item__kind=kind)
-    return leases.select_related("item").order_by("created_at").first()
+
+
+def own_assignment(project: Project, user, pk: int, *, kind: str | None = None) -> Assignment | None:
+    """The user's assignment `pk` in `project` (of `kind`, if given), with its item; None for anyone else's."""
+    return _assignment_with_item("a.id = %s", [pk], project, user, kind)
+
+
+def _assignment_with_item(condition: str, params: list, project: Project, user, kind: str | None):
+    """The user's oldest assignment in `project` that meets `condition` (SQL on `a`, the assignment), with its item."""
+    sql = f"""
+        SELECT {_ASSIGNMENTS.columns}, {_ITEMS.columns}
+        FROM {_ASSIGNMENTS.table} JOIN {_ITEMS.table} ON qi.id = a.item_id
+        WHERE a.annotator_id = %s AND qi.project_id = %s {"AND qi.kind = %s" if kind else ""} AND {condition}
+        ORDER BY a.created_at LIMIT 1
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user.pk, project.pk, *([kind] if kind else []), *params])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    width = len(_ASSIGNMENTS.fields)
+    assignment = _ASSIGNMENTS.read(row[:width])
+    assignment.item = _ITEMS.read(row[width:])
+    assignment.item.project = project  # the row the caller already has: no second fetch
+    return assignment
 
 
 def next_assignment(
@@ -88,53 +110,130 @@ def next_assignment(
     if resumed is not None:
         return resumed
     prefer_gold = (rng or random).random() < project.gold_fraction
-    items = open_items(project, user, kind=kind, now=now)
     for gold_first in (prefer_gold, not prefer_gold):
-        assignment = _take_one(items.filter(is_gold=gold_first), project, user, now)
+        assignment = _take_one(project, user, kind, gold_first, now)
         if assignment is not None:
             return assignment
     return None
 
 
-def _take_one(items: QuerySet, project: Project, user, now: datetime) -> Assignment | None:
+class _Rows:
+    """Model instances from raw SQL that selects every concrete column of `model` (as `alias.column`), converted as
+    the ORM converts them (SQLite gives text for datetimes and 0/1 for booleans)."""
+
+    def __init__(self, model, alias: str):
+        self.model = model
+        self.name = connection.ops.quote_name(model._meta.db_table)
+        self.table = f"{self.name} {alias}"
+        self.fields = model._meta.concrete_fields
+        self.columns = ", ".join(f"{alias}.{connection.ops.quote_name(field.column)}" for field in self.fields)
+        self._converters = None
+
+    def read(self, row) -> Any:
+        if self._converters is None:
+            columns = [field.get_col(self.model._meta.db_table) for field in self.fields]
+            self._converters = [
+                (column, [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)])
+                for column in columns
+            ]
+        values = []
+        for value, (column, converters) in zip(row, self._converters, strict=True):
+            for convert in converters:
+                value = convert(value, column, connection)
+            values.append(value)
+        return self.model.from_db(connection.alias, [field.attname for field in self.fields], values)
+
+
+# The annotators' busiest path (every submit-and-next leases an item) is written in SQL: the ORM spent more time
+# building these statements than the database spent running them.
+_ITEMS = _Rows(QueueItem, "qi")
+_ASSIGNMENTS = _Rows(Assignment, "a")
+# Row locks on PostgreSQL: none (SQLite), waiting for a locked row, or skipping locked rows.
+_LOCKS = {"none": "", "wait": "FOR UPDATE OF qi", "skip": "FOR UPDATE OF qi SKIP LOCKED"}
+
+
+def _moment(value: datetime):
+    """A datetime as a query parameter: SQLite compares the text the ORM stores, so it must be spelled the same."""
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def _open_item_sql(kind: str | None, lock: str) -> str:
+    """The highest-priority item that `open_items` would give first, of one gold-ness, locked as `_LOCKS[lock]`
+    says. Parameters: project, is_gold, [kind], user, done, leased, now."""
+    return f"""
+        SELECT {_ITEMS.columns} FROM {_ITEMS.table}
+        WHERE qi.project_id = %s AND qi.is_gold = %s {"AND qi.kind = %s" if kind else ""}
+          AND qi.completed_count < qi.overlap
+          AND NOT EXISTS (SELECT 1 FROM {_ASSIGNMENTS.table} WHERE a.item_id = qi.id AND a.annotator_id = %s)
+          AND (SELECT COUNT(*) FROM {_ASSIGNMENTS.table}
+               WHERE a.item_id = qi.id AND (a.status = %s OR (a.status = %s AND a.leased_until >= %s))) < qi.overlap
+        ORDER BY qi.priority DESC, qi.id
+        LIMIT 1 {_LOCKS[lock]}
+    """
+
+
+def _open_item(project: Project, user, kind: str | None, is_gold: bool, now: datetime, lock: str) -> QueueItem | None:
+    params = [project.pk, is_gold, *([kind] if kind else []), user.pk, AssignmentStatus.DONE]
+    params += [AssignmentStatus.LEASED, _moment(now)]
+    with connection.cursor() as cursor:
+        cursor.execute(_open_item_sql(kind, lock), params)
+        row = cursor.fetchone()
+    return None if row is None else _ITEMS.read(row)
+
+
+def _take_one(project: Project, user, kind: str | None, is_gold: bool, now: datetime) -> Assignment | None:
+    """Lease one open item. On PostgreSQL the item's row is locked, skipping rows that others hold; SQLite's
+    IMMEDIATE transactions let one writer in at a time. The unique indexes catch whatever slips through; the
+    transaction is then rolled back and tried again."""
+    locks = connection.features.has_select_for_update_skip_locked
     for _ in range(3):
-        with transaction.atomic():
-            if connection.features.has_select_for_update_skip_locked:
-                # When every open item is locked by someone else this very moment, wait for one rather than
-                # report an empty queue.
-                batch = list(items.select_for_update(skip_locked=True, of=("self",))[:1]) or list(
-                    items.select_for_update(of=("self",))[:1]
-                )
-            else:
-                batch = list(items[:CANDIDATES_PER_TRY])
-            if not batch:
-                return None
-            for item in batch:
+        try:
+            with transaction.atomic():
+                item = _open_item(project, user, kind, is_gold, now, "skip" if locks else "none")
+                if item is None and locks:
+                    # Every open item is locked by someone else this very moment: wait for one rather than report
+                    # an empty queue.
+                    item = _open_item(project, user, kind, is_gold, now, "wait")
+                if item is None:
+                    return None
                 slot = _free_slot(item, now)
-                if slot is None:
+                if slot is None:  # filled while this request waited for its lock
                     continue
-                try:
-                    with transaction.atomic():
-                        return Assignment.objects.create(
-                            item=item,
-                            annotator=user,
-                            slot=slot,
-                            leased_until=now + timedelta(minutes=project.lease_minutes),
-                        )
-                except IntegrityError:
-                    # Another request took this slot (or the user's own double request took this item).
-                    continue
+                return _lease(item, user, slot, now + timedelta(minutes=project.lease_minutes), now)
+        except IntegrityError:
+            # Another request took this slot (or the user's own double request took this item).
+            continue
     return None
+
+
+def _lease(item: QueueItem, user, slot: int, until: datetime, now: datetime) -> Assignment:
+    assignment = Assignment(item=item, annotator=user, slot=slot, leased_until=until, created_at=now)
+    fields = [field for field in _ASSIGNMENTS.fields if not field.primary_key]
+    sql = "INSERT INTO {} ({}) VALUES ({})".format(
+        _ASSIGNMENTS.name,
+        ", ".join(connection.ops.quote_name(field.column) for field in fields),
+        ", ".join(["%s"] * len(fields)),
+    )
+    values = [field.get_db_prep_save(getattr(assignment, field.attname), connection) for field in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql + " RETURNING id", values)
+        assignment.pk = cursor.fetchone()[0]
+    assignment._state.adding, assignment._state.db = False, connection.alias
+    return assignment
 
 
 def _free_slot(item: QueueItem, now: datetime) -> int | None:
     """Expire stale leases on `item`, then return its lowest free slot. Call with the item locked."""
-    held = Assignment.objects.filter(item=item, status__in=(AssignmentStatus.LEASED, AssignmentStatus.DONE))
-    rows = list(held.values_list("pk", "slot", "status", "leased_until"))
-    stale = {pk for pk, _, status, until in rows if status == AssignmentStatus.LEASED and until < now}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {_ASSIGNMENTS.columns} FROM {_ASSIGNMENTS.table} WHERE a.item_id = %s AND a.status IN (%s, %s)",
+            [item.pk, AssignmentStatus.LEASED, AssignmentStatus.DONE],
+        )
+        held = [_ASSIGNMENTS.read(row) for row in cursor.fetchall()]
+    stale = {a.pk for a in held if a.status == AssignmentStatus.LEASED and a.leased_until < now}
     if stale:  # usually none: one query instead of two on the annotators' busiest path
         Assignment.objects.filter(pk__in=stale).update(status=AssignmentStatus.EXPIRED)
-    used = {slot for pk, slot, _, _ in rows if pk not in stale}
+    used = {a.slot for a in held if a.pk not in stale}
     return next((slot for slot in range(item.overlap) if slot not in used), None)
 
 
@@ -159,17 +258,30 @@ def complete(assignment: Assignment, *, now: datetime | None = None) -> Assignme
     """Count the assignment's label towards its item. Call inside the transaction that stores the label.
 
     A label on an expired lease still counts if the item has a free slot; otherwise LeaseLost is raised and the
-    caller's transaction rolls back. Completing twice is harmless.
+    caller's transaction rolls back. Completing twice is harmless, also through a copy of the assignment read before
+    another request completed it.
     """
     now = now or timezone.now()
     if assignment.status == AssignmentStatus.DONE:
         return assignment
+    counted = False
     if assignment.status == AssignmentStatus.LEASED and assignment.leased_until >= now:
-        # A live lease holds its slot, so the item has room: count the label at once. Updating the item first
-        # takes its row lock in the same order as _take_one (item, then its assignments).
-        QueueItem.objects.filter(pk=assignment.item_id).update(completed_count=F("completed_count") + 1)
-    else:
+        # A live lease holds its slot, so the item has room: count the label at once, unless the assignment is no
+        # longer leased in the database. Updating the item first takes its row lock in the same order as _take_one
+        # (item, then its assignments).
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {_ITEMS.name} SET completed_count = completed_count + 1 WHERE id = %s AND EXISTS "
+                f"(SELECT 1 FROM {_ASSIGNMENTS.table} WHERE a.id = %s AND a.status = %s)",
+                [assignment.item_id, assignment.pk, AssignmentStatus.LEASED],
+            )
+            counted = cursor.rowcount == 1
+    if not counted:
         item = QueueItem.objects.select_for_update().get(pk=assignment.item_id)
+        stored = Assignment.objects.get(pk=assignment.pk)
+        if stored.status == AssignmentStatus.DONE:  # another request (a double submit) counted it already
+            assignment.status, assignment.slot, assignment.finished_at = stored.status, stored.slot, stored.finished_at
+            return assignment
         Assignment.objects.filter(pk=assignment.pk).update(status=AssignmentStatus.EXPIRED)
         slot = _free_slot(item, now)
         if slot is None:
@@ -181,7 +293,11 @@ def complete(assignment: Assignment, *, now: datetime | None = None) -> Assignme
         QueueItem.objects.filter(pk=item.pk).update(completed_count=F("completed_count") + 1)
     assignment.status = AssignmentStatus.DONE
     assignment.finished_at = now
-    assignment.save(update_fields=["slot", "status", "finished_at"])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_ASSIGNMENTS.name} SET slot = %s, status = %s, finished_at = %s WHERE id = %s",
+            [assignment.slot, assignment.status, _moment(now), assignment.pk],
+        )
     return assignment
 
 

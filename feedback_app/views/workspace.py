@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 
 from feedback_app import queue
 from feedback_app.access import get_project_for_member
-from feedback_app.models import Assignment, LabelKind, Project
+from feedback_app.models import LabelKind, Project
 from feedback_app.models.queue import AssignmentStatus
 
 # The URL name of the page that serves the next item of each kind (it takes project_pk). A single trajectory is
@@ -32,15 +32,9 @@ def next_item_url(project_pk: int, kind: str) -> str:
 def get_own_assignment(request: HttpRequest, project: Project, assignment_pk: int, kind: str | None = None):
     """One of the user's own assignments in `project` (with its item, and the item's project set to `project`);
     404 for anyone else's."""
-    assignments = Assignment.objects.select_related("item").filter(
-        pk=assignment_pk, annotator=request.user, item__project=project
-    )
-    if kind is not None:
-        assignments = assignments.filter(item__kind=kind)
-    assignment = assignments.first()
+    assignment = queue.own_assignment(project, request.user, assignment_pk, kind=kind)
     if assignment is None:
         raise Http404("No such assignment of yours.")
-    assignment.item.project = project  # the row the caller already has: no second fetch
     return assignment
 
 

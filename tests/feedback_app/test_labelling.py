@@ -77,6 +77,25 @@ def test_a_double_submit_without_a_token_stores_one_label(annotator, comparison_
     assert comparison_assignment.item.completed_count == 1
 
 
+@pytest.mark.parametrize("same_token", [True, False], ids=["retried request", "second tab"])
+def test_a_submit_through_a_copy_read_before_the_first_submit_counts_once(
+    annotator, comparison_assignment, same_token
+):
+    from feedback_app.models import Assignment
+
+    stale_copy = Assignment.objects.select_related("item").get(pk=comparison_assignment.pk)
+    token = uuid.uuid4()
+    labelling.submit_comparison(annotator, comparison_assignment, choice="a", client_token=token)
+    again = labelling.submit_comparison(
+        annotator, stale_copy, choice="a" if same_token else "b", client_token=token if same_token else uuid.uuid4()
+    )
+    assert again.created is not same_token  # another answer in a second tab is a new revision
+    assert Comparison.objects.filter(is_current=True).count() == 1
+    comparison_assignment.item.refresh_from_db()
+    assert comparison_assignment.item.completed_count == 1
+    assert Assignment.objects.get(pk=stale_copy.pk).status == AssignmentStatus.DONE
+
+
 def test_an_out_of_range_strength_is_refused_and_nothing_is_stored(annotator, comparison_assignment):
     with pytest.raises(ValidationError) as error:
         labelling.submit_comparison(annotator, comparison_assignment, choice="a", strength=7)

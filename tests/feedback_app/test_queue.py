@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.db.models import F
 from django.utils import timezone
 
 from feedback_app import queue
@@ -153,6 +154,38 @@ def test_gold_items_are_mixed_in_at_the_project_rate(project, annotator, make_tr
     queue.skip(first)
     second = queue.next_assignment(annotator, project, rng=random.Random(0))
     assert not second.item.is_gold
+
+
+def test_the_lease_takes_the_first_item_that_open_items_lists(
+    project, annotator, other_annotator, third_annotator, make_trajectory
+):
+    """The lease is hand-written SQL; `open_items` (the counts on every page) is the ORM's. Both must mean the same
+    items, through leases live and stale, labels, skips, priorities, kinds and gold."""
+    rng = random.Random(7)
+    trajectories = [make_trajectory(2) for _ in range(5)]
+    for one, other in queue.pairs_within_tasks(trajectories):
+        queue.enqueue_comparisons(project, [(one, other)], priority=rng.choice([0, 0, 3]), overlap=rng.choice([1, 2]))
+    queue.enqueue_trajectories(project, trajectories[:3], priority=1)
+    for item in rng.sample(list(QueueItem.objects.filter(project=project)), 3):
+        QueueItem.objects.filter(pk=item.pk).update(is_gold=True, gold_answer={"choice": "a"})
+    now = timezone.now()
+    users = [annotator, other_annotator, third_annotator]
+    for item in QueueItem.objects.filter(project=project):
+        for slot, user in enumerate(rng.sample(users, rng.randint(0, 2))[: item.overlap]):
+            status = rng.choice([AssignmentStatus.LEASED, AssignmentStatus.DONE, AssignmentStatus.SKIPPED])
+            until = now + timedelta(minutes=rng.choice([-5, 5]))
+            Assignment.objects.create(item=item, annotator=user, slot=slot, status=status, leased_until=until)
+            if status == AssignmentStatus.DONE:
+                QueueItem.objects.filter(pk=item.pk).update(completed_count=F("completed_count") + 1)
+    checked = 0
+    for user in users:
+        for kind in (None, LabelKind.COMPARISON, LabelKind.STEP_LABEL):
+            for gold in (False, True):
+                expected = queue.open_items(project, user, kind=kind, now=now).filter(is_gold=gold).first()
+                taken = queue._open_item(project, user, kind, gold, now, lock="none")
+                assert taken == expected, (user.username, kind, gold)
+                checked += expected is not None
+    assert checked >= 6  # the random state left open items to compare, not only empty queues
 
 
 def test_only_the_project_s_items_are_served(project, annotator, make_trajectory, gridworld_spec):
