@@ -126,7 +126,16 @@ class _Rows:
         self.name = connection.ops.quote_name(model._meta.db_table)
         self.table = f"{self.name} {alias}"
         self.fields = model._meta.concrete_fields
-        self.columns = ", ".join(f"{alias}.{connection.ops.quote_name(field.column)}" for field in self.fields)
+        self.attnames = [field.attname for field in self.fields]
+        quote = connection.ops.quote_name
+        self.columns = ", ".join(f"{alias}.{quote(field.column)}" for field in self.fields)
+        self._inserted = [field for field in self.fields if not field.primary_key]
+        self._insert_sql = "INSERT INTO {} ({}) VALUES ({}) RETURNING {}".format(
+            self.name,
+            ", ".join(quote(field.column) for field in self._inserted),
+            ", ".join(["%s"] * len(self._inserted)),
+            quote(model._meta.pk.column),
+        )
         self._converters = None
 
     def read(self, row) -> Any:
@@ -141,7 +150,15 @@ class _Rows:
             for convert in converters:
                 value = convert(value, column, connection)
             values.append(value)
-        return self.model.from_db(connection.alias, [field.attname for field in self.fields], values)
+        return self.model.from_db(connection.alias, self.attnames, values)
+
+    def insert(self, instance) -> None:
+        """Store the new `instance`; its primary key comes back from the database."""
+        values = [field.get_db_prep_save(getattr(instance, field.attname), connection) for field in self._inserted]
+        with connection.cursor() as cursor:
+            cursor.execute(self._insert_sql, values)
+            instance.pk = cursor.fetchone()[0]
+        instance._state.adding, instance._state.db = False, connection.alias
 
 
 # The annotators' busiest path (every submit-and-next leases an item) is written in SQL: the ORM spent more time
@@ -173,8 +190,8 @@ def _open_item_sql(kind: str | None, lock: str) -> str:
 
 
 def _open_item(project: Project, user, kind: str | None, is_gold: bool, now: datetime, lock: str) -> QueueItem | None:
-    params = [project.pk, is_gold, *([kind] if kind else []), user.pk, AssignmentStatus.DONE]
-    params += [AssignmentStatus.LEASED, _moment(now)]
+    params = [project.pk, is_gold, *([kind] if kind else []), user.pk]
+    params += [AssignmentStatus.DONE, AssignmentStatus.LEASED, _moment(now)]
     with connection.cursor() as cursor:
         cursor.execute(_open_item_sql(kind, lock), params)
         row = cursor.fetchone()
@@ -208,17 +225,7 @@ def _take_one(project: Project, user, kind: str | None, is_gold: bool, now: date
 
 def _lease(item: QueueItem, user, slot: int, until: datetime, now: datetime) -> Assignment:
     assignment = Assignment(item=item, annotator=user, slot=slot, leased_until=until, created_at=now)
-    fields = [field for field in _ASSIGNMENTS.fields if not field.primary_key]
-    sql = "INSERT INTO {} ({}) VALUES ({})".format(
-        _ASSIGNMENTS.name,
-        ", ".join(connection.ops.quote_name(field.column) for field in fields),
-        ", ".join(["%s"] * len(fields)),
-    )
-    values = [field.get_db_prep_save(getattr(assignment, field.attname), connection) for field in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql + " RETURNING id", values)
-        assignment.pk = cursor.fetchone()[0]
-    assignment._state.adding, assignment._state.db = False, connection.alias
+    _ASSIGNMENTS.insert(assignment)
     return assignment
 
 
