@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from feedback_app import queue
@@ -32,6 +35,15 @@ from feedback_app.models import (
 )
 from feedback_app.models.labels import ComparisonChoice, LabelBase, SpanField, StaleRevision, StepLabelValue
 from feedback_app.models.queue import AssignmentStatus
+from feedback_app.rows import Rows, fetch_one
+
+
+@cache
+def _rows(model) -> Rows:
+    """New labels are inserted with SQL written once; save() would build the INSERT again for each (there are no
+    signal receivers on labels to miss)."""
+    return Rows(model, "c")
+
 
 DISPLAY_CHOICES = {"left", "right", ComparisonChoice.TIE, ComparisonChoice.BOTH_BAD}
 
@@ -67,6 +79,21 @@ def shown_choice(choice: str, order: str) -> str:
     return choice
 
 
+# The annotator's current comparison of a pair, its row locked: the `current` query of submit_comparison, in SQL
+# written once (see feedback_app/rows.py). Parameters: annotator, trajectory a, trajectory b.
+_CURRENT_COMPARISON_SQL = "SELECT {} FROM {} WHERE c.annotator_id = %s AND c.trajectory_a_id = %s AND {} {}".format(
+    _rows(Comparison).columns,
+    _rows(Comparison).table,
+    "c.trajectory_b_id = %s AND c.is_current",
+    "FOR UPDATE" if connection.features.has_select_for_update else "",
+)
+
+
+def _current_comparison(pair: list[int]) -> Comparison | None:
+    row = fetch_one(_CURRENT_COMPARISON_SQL, pair)
+    return None if row is None else _rows(Comparison).read(row)
+
+
 def submit_comparison(
     user,
     assignment: Assignment,
@@ -90,16 +117,18 @@ def submit_comparison(
         raise ValidationError({"strength": f"Strength is 1 (slight), 2 (clear) or 3 (decisive), not {strength!r}."})
     item = assignment.item
     values = {"choice": choice, "strength": strength, "rationale": rationale.strip()}
+    pair = [user.pk, item.trajectory_id, item.other_trajectory_id]
     return _store(
         Comparison,
         user,
         assignment,
-        current=Comparison.objects.filter(
+        current=lambda: Comparison.objects.filter(
             annotator=user,
             trajectory_a_id=item.trajectory_id,
             trajectory_b_id=item.other_trajectory_id,
             is_current=True,
         ),
+        locked_head=lambda: _current_comparison(pair),
         new=Comparison(
             project_id=item.project_id,
             annotator=user,
@@ -142,7 +171,7 @@ def label_step(
         StepLabel,
         user,
         assignment,
-        current=StepLabel.objects.filter(annotator=user, step=step, is_current=True),
+        current=lambda: StepLabel.objects.filter(annotator=user, step=step, is_current=True),
         new=StepLabel(
             project_id=trajectory.project_id,
             annotator=user,
@@ -236,7 +265,7 @@ def add_critique(
         Critique,
         user,
         assignment,
-        current=Critique.objects.none(),
+        current=Critique.objects.none,
         new=Critique(
             project_id=trajectory.project_id,
             annotator=user,
@@ -279,7 +308,7 @@ def rate(
         Rating,
         user,
         assignment,
-        current=Rating.objects.filter(annotator=user, trajectory=trajectory, is_current=True),
+        current=lambda: Rating.objects.filter(annotator=user, trajectory=trajectory, is_current=True),
         new=Rating(
             project_id=trajectory.project_id,
             annotator=user,
@@ -335,7 +364,7 @@ def intervene(
         Intervention,
         user,
         assignment,
-        current=Intervention.objects.filter(annotator=user, step=step, is_current=True),
+        current=lambda: Intervention.objects.filter(annotator=user, step=step, is_current=True),
         new=Intervention(
             project_id=trajectory.project_id,
             annotator=user,
@@ -429,20 +458,23 @@ def _store(
     user,
     assignment,
     *,
-    current,
+    current: Callable[[], QuerySet],
     new: LabelBase,
     changes: dict,
     complete: bool = False,
     validate: bool = True,
+    locked_head: Callable[[], LabelBase | None] | None = None,
 ) -> Stored:
     """Insert `new` (or revise the user's current label of the same item) and complete the assignment, atomically.
 
     A concurrent duplicate (same client token, or the same item submitted twice at once) loses the race on a
-    unique index; the label that won is returned instead.
+    unique index; the label that won is returned instead. `current()` gives the query of the user's current label of
+    the same item (built only when it is needed: building it is a good part of a comparison submit's CPU), and
+    `locked_head` reads what it holds, with its row locked, when the caller has a faster way.
     """
     try:
         with transaction.atomic():
-            head = current.select_for_update().first()
+            head = locked_head() if locked_head else current().select_for_update().first()
             if head is not None:
                 if all(getattr(head, name) == value for name, value in changes.items()):
                     label, created = head, False
@@ -457,12 +489,12 @@ def _store(
             else:
                 if validate:
                     new.full_clean(exclude=["assignment", "supersedes"])
-                new.save()
+                _rows(model).insert(new)
                 label, created = new, True
             if complete and assignment is not None:
                 queue.complete(assignment)
     except IntegrityError:
-        earlier = _by_token(model, user, new.client_token) or current.first()
+        earlier = _by_token(model, user, new.client_token) or current().first()
         if earlier is None:
             raise
         return Stored(earlier, False)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
@@ -24,6 +23,7 @@ from django.utils import timezone
 
 from feedback_app.models import Assignment, LabelKind, Project, QueueItem, Trajectory
 from feedback_app.models.queue import AssignmentStatus
+from feedback_app.rows import MAX_ID, Rows, moment, sql_cursor
 
 
 class LeaseLost(Exception):
@@ -65,7 +65,7 @@ def current_assignment(project: Project, user, *, kind: str | None = None, now: 
     """The user's unexpired lease in this project, if any (so a reload resumes the same item), with its item."""
     return _assignment_with_item(
         "a.status = %s AND a.leased_until >= %s",
-        [AssignmentStatus.LEASED, _moment(now or timezone.now())],
+        [AssignmentStatus.LEASED, moment(now or timezone.now())],
         project,
         user,
         kind,
@@ -74,7 +74,7 @@ def current_assignment(project: Project, user, *, kind: str | None = None, now: 
 
 def own_assignment(project: Project, user, pk: int, *, kind: str | None = None) -> Assignment | None:
     """The user's assignment `pk` in `project` (of `kind`, if given), with its item; None for anyone else's."""
-    return _assignment_with_item("a.id = %s", [pk], project, user, kind)
+    return _assignment_with_item("a.id = %s", [pk], project, user, kind) if pk <= MAX_ID else None
 
 
 def _assignment_with_item(condition: str, params: list, project: Project, user, kind: str | None):
@@ -85,14 +85,13 @@ def _assignment_with_item(condition: str, params: list, project: Project, user, 
         WHERE a.annotator_id = %s AND qi.project_id = %s {"AND qi.kind = %s" if kind else ""} AND {condition}
         ORDER BY a.created_at LIMIT 1
     """
-    with connection.cursor() as cursor:
+    with sql_cursor() as cursor:
         cursor.execute(sql, [user.pk, project.pk, *([kind] if kind else []), *params])
         row = cursor.fetchone()
     if row is None:
         return None
-    width = len(_ASSIGNMENTS.fields)
-    assignment = _ASSIGNMENTS.read(row[:width])
-    assignment.item = _ITEMS.read(row[width:])
+    assignment = _ASSIGNMENTS.read(row)
+    assignment.item = _ITEMS.read(row[_ASSIGNMENTS.width :])
     assignment.item.project = project  # the row the caller already has: no second fetch
     return assignment
 
@@ -117,61 +116,11 @@ def next_assignment(
     return None
 
 
-class _Rows:
-    """Model instances from raw SQL that selects every concrete column of `model` (as `alias.column`), converted as
-    the ORM converts them (SQLite gives text for datetimes and 0/1 for booleans)."""
-
-    def __init__(self, model, alias: str):
-        self.model = model
-        self.name = connection.ops.quote_name(model._meta.db_table)
-        self.table = f"{self.name} {alias}"
-        self.fields = model._meta.concrete_fields
-        self.attnames = [field.attname for field in self.fields]
-        quote = connection.ops.quote_name
-        self.columns = ", ".join(f"{alias}.{quote(field.column)}" for field in self.fields)
-        self._inserted = [field for field in self.fields if not field.primary_key]
-        self._insert_sql = "INSERT INTO {} ({}) VALUES ({}) RETURNING {}".format(
-            self.name,
-            ", ".join(quote(field.column) for field in self._inserted),
-            ", ".join(["%s"] * len(self._inserted)),
-            quote(model._meta.pk.column),
-        )
-        self._converters = None
-
-    def read(self, row) -> Any:
-        if self._converters is None:
-            columns = [field.get_col(self.model._meta.db_table) for field in self.fields]
-            self._converters = [
-                (column, [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)])
-                for column in columns
-            ]
-        values = []
-        for value, (column, converters) in zip(row, self._converters, strict=True):
-            for convert in converters:
-                value = convert(value, column, connection)
-            values.append(value)
-        return self.model.from_db(connection.alias, self.attnames, values)
-
-    def insert(self, instance) -> None:
-        """Store the new `instance`; its primary key comes back from the database."""
-        values = [field.get_db_prep_save(getattr(instance, field.attname), connection) for field in self._inserted]
-        with connection.cursor() as cursor:
-            cursor.execute(self._insert_sql, values)
-            instance.pk = cursor.fetchone()[0]
-        instance._state.adding, instance._state.db = False, connection.alias
-
-
-# The annotators' busiest path (every submit-and-next leases an item) is written in SQL: the ORM spent more time
-# building these statements than the database spent running them.
-_ITEMS = _Rows(QueueItem, "qi")
-_ASSIGNMENTS = _Rows(Assignment, "a")
+# The annotators' busiest path (every submit-and-next leases an item) is written in SQL (see feedback_app/rows.py).
+_ITEMS = Rows(QueueItem, "qi")
+_ASSIGNMENTS = Rows(Assignment, "a")
 # Row locks on PostgreSQL: none (SQLite), waiting for a locked row, or skipping locked rows.
 _LOCKS = {"none": "", "wait": "FOR UPDATE OF qi", "skip": "FOR UPDATE OF qi SKIP LOCKED"}
-
-
-def _moment(value: datetime):
-    """A datetime as a query parameter: SQLite compares the text the ORM stores, so it must be spelled the same."""
-    return connection.ops.adapt_datetimefield_value(value)
 
 
 def _open_item_sql(kind: str | None, lock: str) -> str:
@@ -191,8 +140,8 @@ def _open_item_sql(kind: str | None, lock: str) -> str:
 
 def _open_item(project: Project, user, kind: str | None, is_gold: bool, now: datetime, lock: str) -> QueueItem | None:
     params = [project.pk, is_gold, *([kind] if kind else []), user.pk]
-    params += [AssignmentStatus.DONE, AssignmentStatus.LEASED, _moment(now)]
-    with connection.cursor() as cursor:
+    params += [AssignmentStatus.DONE, AssignmentStatus.LEASED, moment(now)]
+    with sql_cursor() as cursor:
         cursor.execute(_open_item_sql(kind, lock), params)
         row = cursor.fetchone()
     return None if row is None else _ITEMS.read(row)
@@ -231,7 +180,7 @@ def _lease(item: QueueItem, user, slot: int, until: datetime, now: datetime) -> 
 
 def _free_slot(item: QueueItem, now: datetime) -> int | None:
     """Expire stale leases on `item`, then return its lowest free slot. Call with the item locked."""
-    with connection.cursor() as cursor:
+    with sql_cursor() as cursor:
         cursor.execute(
             f"SELECT {_ASSIGNMENTS.columns} FROM {_ASSIGNMENTS.table} WHERE a.item_id = %s AND a.status IN (%s, %s)",
             [item.pk, AssignmentStatus.LEASED, AssignmentStatus.DONE],
@@ -276,7 +225,7 @@ def complete(assignment: Assignment, *, now: datetime | None = None) -> Assignme
         # A live lease holds its slot, so the item has room: count the label at once, unless the assignment is no
         # longer leased in the database. Updating the item first takes its row lock in the same order as _take_one
         # (item, then its assignments).
-        with connection.cursor() as cursor:
+        with sql_cursor() as cursor:
             cursor.execute(
                 f"UPDATE {_ITEMS.name} SET completed_count = completed_count + 1 WHERE id = %s AND EXISTS "
                 f"(SELECT 1 FROM {_ASSIGNMENTS.table} WHERE a.id = %s AND a.status = %s)",
@@ -300,10 +249,10 @@ def complete(assignment: Assignment, *, now: datetime | None = None) -> Assignme
         QueueItem.objects.filter(pk=item.pk).update(completed_count=F("completed_count") + 1)
     assignment.status = AssignmentStatus.DONE
     assignment.finished_at = now
-    with connection.cursor() as cursor:
+    with sql_cursor() as cursor:
         cursor.execute(
             f"UPDATE {_ASSIGNMENTS.name} SET slot = %s, status = %s, finished_at = %s WHERE id = %s",
-            [assignment.slot, assignment.status, _moment(now), assignment.pk],
+            [assignment.slot, assignment.status, moment(now), assignment.pk],
         )
     return assignment
 

@@ -162,6 +162,17 @@ def test_without_blind_review_researchers_see_outcomes(client, researcher, proje
     assert "success" in body and "failure" in body
 
 
+def test_trajectories_without_a_policy_version_are_shown_without_a_name(client, annotator, project, make_trajectory):
+    project.blind = False
+    project.save()
+    named, unnamed = make_trajectory(2), make_trajectory(3, policy_version=None)
+    queue.enqueue_comparisons(project, [(named, unnamed)])
+    client.force_login(annotator)
+    _, body = shown(client, project)
+    assert body.count("agent-v1") == 1
+    assert {trajectory_shown_on(body, "left"), trajectory_shown_on(body, "right")} == {named.pk, unnamed.pk}
+
+
 def test_a_new_versions_comparison_against_its_parent_is_blind_even_in_an_open_project(
     client, researcher, project, make_trajectory
 ):
@@ -217,6 +228,16 @@ def test_an_outsider_gets_404_for_the_page_the_submit_and_the_skip(client, annot
     assert client.post(skip, {"reason": "x"}).status_code == 404
     assert Comparison.objects.count() == 0
     assert Assignment.objects.get(pk=assignment.pk).status == AssignmentStatus.LEASED
+
+
+def test_ids_beyond_any_database_id_get_404(client, annotator, project, pair):
+    client.force_login(annotator)
+    assignment, body = shown(client, project)
+    huge = 2**64
+    assert client.get(compare_url(project).replace(f"/{project.pk}/", f"/{huge}/")).status_code == 404
+    fields = {"choice": "left", "strength": "2", "client_token": token_in(body)}
+    assert client.post(reverse("compare-submit", args=[project.pk, huge]), fields, **HTMX).status_code == 404
+    assert Comparison.objects.count() == 0
 
 
 # Submitting ----------------------------------------------------------------------------------------------------------
@@ -449,3 +470,55 @@ def test_showing_and_submitting_take_the_same_number_of_queries_for_short_and_lo
         response = client.get(compare_url(project), **extra)
     assert response.content.decode().count('class="compare-row" role="row"') == 12
     assert Comparison.objects.count() == 2
+
+
+def prepared_statements() -> list[str]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_on_postgresql_the_submit_and_next_statements_are_prepared_unless_switched_off(
+    client, annotator, project, two_pairs, settings, prepared
+):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are a PostgreSQL matter")
+    settings.DATABASE_PREPARED_STATEMENTS = prepared
+    client.force_login(annotator)
+    before = set(prepared_statements())
+    assignment, body = shown(client, project)
+    assert post_label(client, project, assignment, body).status_code == 200
+    new = set(prepared_statements()) - before
+    leasing = [sql for sql in new if "feedback_app_queueitem" in sql and "SKIP LOCKED" in sql]
+    storing = [sql for sql in new if sql.startswith('INSERT INTO "feedback_app_comparison"')]
+    if prepared:
+        assert leasing and storing
+    else:
+        assert not new
+    assert Comparison.objects.filter(annotator=annotator).count() == 1
+
+
+def test_rendered_steps_are_reused_and_kept_within_their_budget(
+    project, make_trajectory, monkeypatch, django_assert_num_queries
+):
+    from collections import OrderedDict
+
+    from feedback_app.views import compare
+
+    monkeypatch.setattr(compare, "_STEP_CACHE", OrderedDict())
+    monkeypatch.setattr(compare, "_step_cache_characters", 0)
+    trajectories = [make_trajectory(3) for _ in range(4)]
+    first = compare._rendered_steps(trajectories[0], False)
+    with django_assert_num_queries(0):
+        assert compare._rendered_steps(trajectories[0], False) == first
+    one = sum(map(len, first.values()))
+    monkeypatch.setattr(compare, "STEP_CACHE_CHARACTERS", 2 * one + one // 2)  # room for two
+    for trajectory in trajectories[1:]:
+        compare._rendered_steps(trajectory, False)
+    assert [key[0] for key in compare._STEP_CACHE] == [t.pk for t in trajectories[2:]]
+    assert compare._step_cache_characters == sum(size for _, size in compare._STEP_CACHE.values())

@@ -1,0 +1,114 @@
+"""Model rows from hand-written SQL, for the annotators' busiest request (submit-and-next).
+
+On that request the ORM spent more CPU building its statements than the database spent running them. The few
+statements it makes are therefore written once, as text, and their rows turned into model instances here, converted
+exactly as the ORM converts them (SQLite gives text for datetimes and 0/1 for booleans). On PostgreSQL they are also
+prepared, once per connection: parsing and planning them again on every request was a third of the database's CPU.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.backends.postgresql.base import ServerBindingCursor
+
+
+class Rows:
+    """Instances of `model` from raw SQL that selects `columns` (every concrete column of `model`, or only the named
+    fields; the others are deferred, as with `.only()`), each spelt `alias.column`."""
+
+    def __init__(self, model, alias: str, fields: list[str] | None = None):
+        self.model = model
+        quote = connection.ops.quote_name
+        self.name = quote(model._meta.db_table)
+        self.table = f"{self.name} {alias}"
+        self.pk_column = quote(model._meta.pk.column)
+        concrete = model._meta.concrete_fields
+        if fields is not None:
+            wanted = {model._meta.get_field(name).attname for name in fields} | {model._meta.pk.attname}
+            concrete = [field for field in concrete if field.attname in wanted]
+        self.fields = concrete
+        self.width = len(concrete)
+        self.attnames = [field.attname for field in concrete]
+        self.columns = ", ".join(f"{alias}.{quote(field.column)}" for field in concrete)
+        self._inserted = [field for field in model._meta.concrete_fields if not field.primary_key]
+        self._insert_sql = "INSERT INTO {} ({}) VALUES ({}) RETURNING {}".format(
+            self.name,
+            ", ".join(quote(field.column) for field in self._inserted),
+            ", ".join(["%s"] * len(self._inserted)),
+            self.pk_column,
+        )
+        self._converters = None
+
+    def read(self, row) -> Any:
+        """The instance from the first `width` values of `row`."""
+        if self._converters is None:
+            columns = [field.get_col(self.model._meta.db_table) for field in self.fields]
+            self._converters = [
+                (column, [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)])
+                for column in columns
+            ]
+        values = []
+        for value, (column, converters) in zip(row[: self.width], self._converters, strict=True):
+            for convert in converters:
+                value = convert(value, column, connection)
+            values.append(value)
+        return self.model.from_db(connection.alias, self.attnames, values)
+
+    def insert(self, instance) -> None:
+        """Store the new `instance` as save() would (auto_now_add fields are filled in), without its signals; its
+        primary key comes back from the database."""
+        values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in self._inserted]
+        with sql_cursor() as db:
+            db.execute(self._insert_sql, values)
+            instance.pk = db.fetchone()[0]
+        instance._state.adding, instance._state.db = False, connection.alias
+
+
+MAX_ID = 2**63 - 1  # an id from a URL beyond this is nobody's (and SQLite cannot take it as a parameter)
+
+
+def moment(value: datetime):
+    """A datetime as a query parameter: SQLite compares the text the ORM stores, so it must be spelled the same."""
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def fetch_one(sql: str, params: list) -> tuple | None:
+    with sql_cursor() as db:
+        db.execute(sql, params)
+        return db.fetchone()
+
+
+def fetch_all(sql: str, params: list) -> list[tuple]:
+    with sql_cursor() as db:
+        db.execute(sql, params)
+        return db.fetchall()
+
+
+_NEVER_BY_COUNT = 2**31
+
+
+class _PreparingCursor(ServerBindingCursor):
+    """psycopg's cursor that binds parameters on the server, preparing every statement it runs (psycopg keeps the
+    most recent hundred prepared per connection)."""
+
+    def execute(self, query, params=None, *, prepare=None, binary=None):
+        return super().execute(query, params, prepare=True, binary=binary)
+
+
+def sql_cursor():
+    """A cursor for the statements written here: Django's (errors, query logging and the test suite's query counts
+    work as for any other), and on PostgreSQL one that prepares each statement, unless DATABASE_PREPARED_STATEMENTS
+    is off (for a connection pooler that cannot keep prepared statements)."""
+    if connection.vendor != "postgresql" or not settings.DATABASE_PREPARED_STATEMENTS:
+        return connection.cursor()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    # Django switches psycopg's preparing off (None); any number turns it on, and _PreparingCursor asks for it.
+    # Django's own cursors bind on the client and are never prepared, so only these statements are.
+    connection.connection.prepare_threshold = _NEVER_BY_COUNT
+    with connection.wrap_database_errors:
+        return connection._prepare_cursor(_PreparingCursor(connection.connection))
