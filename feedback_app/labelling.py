@@ -81,11 +81,10 @@ def shown_choice(choice: str, order: str) -> str:
 
 # The annotator's current comparison of a pair, its row locked: the `current` query of submit_comparison, in SQL
 # written once (see feedback_app/rows.py). Parameters: annotator, trajectory a, trajectory b.
-_CURRENT_COMPARISON_SQL = "SELECT {} FROM {} WHERE c.annotator_id = %s AND c.trajectory_a_id = %s AND {} {}".format(
-    _rows(Comparison).columns,
-    _rows(Comparison).table,
-    "c.trajectory_b_id = %s AND c.is_current",
-    "FOR UPDATE" if connection.features.has_select_for_update else "",
+_CURRENT_COMPARISON_SQL = (
+    f"SELECT {_rows(Comparison).columns} FROM {_rows(Comparison).table}"
+    " WHERE c.annotator_id = %s AND c.trajectory_a_id = %s AND c.trajectory_b_id = %s AND c.is_current"
+    + (" FOR UPDATE" if connection.features.has_select_for_update else "")
 )
 
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from feedback_app.models import Assignment, LabelKind, Project, QueueItem, Trajectory
 from feedback_app.models.queue import AssignmentStatus
-from feedback_app.rows import MAX_ID, Rows, moment, sql_cursor
+from feedback_app.rows import MAX_ID, Rows, fetch_all, fetch_one, moment, sql_cursor
 
 
 class LeaseLost(Exception):
@@ -85,9 +85,7 @@ def _assignment_with_item(condition: str, params: list, project: Project, user, 
         WHERE a.annotator_id = %s AND qi.project_id = %s {"AND qi.kind = %s" if kind else ""} AND {condition}
         ORDER BY a.created_at LIMIT 1
     """
-    with sql_cursor() as cursor:
-        cursor.execute(sql, [user.pk, project.pk, *([kind] if kind else []), *params])
-        row = cursor.fetchone()
+    row = fetch_one(sql, [user.pk, project.pk, *([kind] if kind else []), *params])
     if row is None:
         return None
     assignment = _ASSIGNMENTS.read(row)
@@ -141,9 +139,7 @@ def _open_item_sql(kind: str | None, lock: str) -> str:
 def _open_item(project: Project, user, kind: str | None, is_gold: bool, now: datetime, lock: str) -> QueueItem | None:
     params = [project.pk, is_gold, *([kind] if kind else []), user.pk]
     params += [AssignmentStatus.DONE, AssignmentStatus.LEASED, moment(now)]
-    with sql_cursor() as cursor:
-        cursor.execute(_open_item_sql(kind, lock), params)
-        row = cursor.fetchone()
+    row = fetch_one(_open_item_sql(kind, lock), params)
     return None if row is None else _ITEMS.read(row)
 
 
@@ -180,12 +176,11 @@ def _lease(item: QueueItem, user, slot: int, until: datetime, now: datetime) -> 
 
 def _free_slot(item: QueueItem, now: datetime) -> int | None:
     """Expire stale leases on `item`, then return its lowest free slot. Call with the item locked."""
-    with sql_cursor() as cursor:
-        cursor.execute(
-            f"SELECT {_ASSIGNMENTS.columns} FROM {_ASSIGNMENTS.table} WHERE a.item_id = %s AND a.status IN (%s, %s)",
-            [item.pk, AssignmentStatus.LEASED, AssignmentStatus.DONE],
-        )
-        held = [_ASSIGNMENTS.read(row) for row in cursor.fetchall()]
+    rows = fetch_all(
+        f"SELECT {_ASSIGNMENTS.columns} FROM {_ASSIGNMENTS.table} WHERE a.item_id = %s AND a.status IN (%s, %s)",
+        [item.pk, AssignmentStatus.LEASED, AssignmentStatus.DONE],
+    )
+    held = [_ASSIGNMENTS.read(row) for row in rows]
     stale = {a.pk for a in held if a.status == AssignmentStatus.LEASED and a.leased_until < now}
     if stale:  # usually none: one query instead of two on the annotators' busiest path
         Assignment.objects.filter(pk__in=stale).update(status=AssignmentStatus.EXPIRED)
