@@ -392,13 +392,27 @@ def checkpoint_dir(output_dir: str | Path) -> Path:
 
 
 def last_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest complete `checkpoint-N` under the run's checkpoint folder, to resume from, or None."""
+    """The newest complete `checkpoint-N` under the run's checkpoint folder, to resume from, or None.
+
+    The transformers `Trainer` writes `trainer_state.json` after the weights, optimiser, scheduler and RNG states,
+    so a checkpoint is complete when that file is there and parses; a worker killed mid-save leaves a newer folder
+    without it, which is skipped (transformers' own `get_last_checkpoint` would pick it and the resume would fail)."""
     folder = checkpoint_dir(output_dir)
     if not folder.is_dir():
         return None
-    from transformers.trainer_utils import get_last_checkpoint
+    numbered = [path for path in folder.glob("checkpoint-*") if path.name.removeprefix("checkpoint-").isdigit()]
+    for path in sorted(numbered, key=lambda path: int(path.name.removeprefix("checkpoint-")), reverse=True):
+        if _complete_trainer_checkpoint(path):
+            return str(path)
+    return None
 
-    return get_last_checkpoint(str(folder))
+
+def _complete_trainer_checkpoint(path: Path) -> bool:
+    try:
+        json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def write_manifest(

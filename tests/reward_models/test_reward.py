@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from reward_models.common import ConfigError, config_from_dict, read_manifest, split_by_task
+from reward_models.common import ConfigError, config_from_dict, last_checkpoint, read_manifest, split_by_task
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
 from reward_models.reward import RewardConfig, evaluate, load_reward_model, main
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
@@ -223,6 +224,11 @@ def test_a_run_resumes_from_its_last_checkpoint_after_a_crash(data_path, tiny_ba
         "checkpoint-2",
         "checkpoint-4",
     ]
+    # A worker killed while saving leaves a newer folder with weights but no trainer_state.json (written last).
+    half_written = tmp_path / "run/checkpoints/checkpoint-5"
+    shutil.copytree(tmp_path / "run/checkpoints/checkpoint-4", half_written)
+    (half_written / "trainer_state.json").unlink()
+    assert last_checkpoint(tmp_path / "run").endswith("checkpoint-4")
 
     reporter = RecordingReporter()
     summary = main(config, reporter)
