@@ -8,12 +8,12 @@ prepared, once per connection: parsing and planning them again on every request 
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.backends.postgresql.base import ServerBindingCursor
 
 
 class Rows:
@@ -91,12 +91,17 @@ def fetch_all(sql: str, params: list) -> list[tuple]:
 _NEVER_BY_COUNT = 2**31
 
 
-class _PreparingCursor(ServerBindingCursor):
+@functools.cache
+def _preparing_cursor_class() -> type:
     """psycopg's cursor that binds parameters on the server, preparing every statement it runs (psycopg keeps the
-    most recent hundred prepared per connection)."""
+    most recent hundred prepared per connection). Built on first use, so SQLite installs need no psycopg."""
+    from django.db.backends.postgresql.base import ServerBindingCursor
 
-    def execute(self, query, params=None, *, prepare=None, binary=None):
-        return super().execute(query, params, prepare=True, binary=binary)
+    class PreparingCursor(ServerBindingCursor):
+        def execute(self, query, params=None, *, prepare=None, binary=None):
+            return super().execute(query, params, prepare=True, binary=binary)
+
+    return PreparingCursor
 
 
 def sql_cursor():
@@ -107,8 +112,8 @@ def sql_cursor():
         return connection.cursor()
     connection.close_if_health_check_failed()
     connection.ensure_connection()
-    # Django switches psycopg's preparing off (None); any number turns it on, and _PreparingCursor asks for it.
+    # Django switches psycopg's preparing off (None); any number turns it on, and the preparing cursor asks for it.
     # Django's own cursors bind on the client and are never prepared, so only these statements are.
     connection.connection.prepare_threshold = _NEVER_BY_COUNT
     with connection.wrap_database_errors:
-        return connection._prepare_cursor(_PreparingCursor(connection.connection))
+        return connection._prepare_cursor(_preparing_cursor_class()(connection.connection))

@@ -391,6 +391,13 @@ def checkpoint_dir(output_dir: str | Path) -> Path:
     return Path(output_dir) / CHECKPOINT_DIR
 
 
+def trained_model(accelerator: Any, model: Any) -> Any:
+    """`model` as it will be saved and loaded again, for the figures computed once training is over: unwrapped
+    (DDP) and rid of the autocast that `accelerator.prepare` put around its forward under bf16 or fp16, so held-out
+    scores match what the saved fp32 weights give. It changes `model.forward` in place: call it after training."""
+    return accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+
+
 def last_checkpoint(output_dir: str | Path) -> str | None:
     """The newest complete `checkpoint-N` under the run's checkpoint folder, to resume from, or None.
 

@@ -69,6 +69,7 @@ from reward_models.common import (
     require,
     resolve_precision,
     split_by_task,
+    trained_model,
     trainer_callback,
     trainer_precision_args,
     write_manifest,
@@ -441,7 +442,8 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
 
     after = trainer.evaluate() if eval_rows else {}
     metrics = _evaluation_metrics(before, after) if eval_rows else {}
-    model = trainer.model.merge_and_unload() if config.use_lora else trainer.model
+    model = trained_model(trainer.accelerator, trainer.model)
+    model = model.merge_and_unload() if config.use_lora else model
     critic = GenerativeCritic(
         model,
         tokenizer,

@@ -79,6 +79,7 @@ from reward_models.common import (
     require,
     resolve_precision,
     split_by_task,
+    trained_model,
     trainer_callback,
     trainer_precision_args,
     write_manifest,
@@ -652,7 +653,8 @@ def _train_member(
     # Counted in full batches: an epoch's last, partial batch counts as full.
     samples = steps * config.batch_size * config.gradient_accumulation_steps * world
 
-    model = trainer.model.merge_and_unload() if config.use_lora else trainer.model
+    model = trained_model(trainer.accelerator, trainer.model)
+    model = model.merge_and_unload() if config.use_lora else model
     pad_id = _pad_id(model)
     offset = 0.0
     if config.ensemble_size > 1:  # one model's scores need no common zero: only their differences mean anything

@@ -40,6 +40,7 @@ from reward_models.common import (
     last_checkpoint,
     resolve_precision,
     seed_everything,
+    trained_model,
     trainer_callback,
     trainer_precision_args,
 )
@@ -303,7 +304,7 @@ def save_head(head: TrainedHead, config: StepHeadConfig) -> PreTrainedModel:
     """Write the trained model (LoRA adapters merged into it) and tokenizer to `config.output_dir` as an ordinary
     HF directory; returns the model that was written, for evaluation."""
     trainer = head.trainer
-    model = trainer.accelerator.unwrap_model(trainer.model)
+    model = trained_model(trainer.accelerator, trainer.model)
     if config.use_lora:
         model = model.merge_and_unload()
     if trainer.is_world_process_zero():

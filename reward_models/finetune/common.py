@@ -115,7 +115,6 @@ class PolicyModel:
 
 def load_policy_model(
     path: str | Path,
-    precision: str = "fp32",
     *,
     use_lora: bool = False,
     lora_r: int = 16,
@@ -123,22 +122,21 @@ def load_policy_model(
     device: str | None = None,
     field_name: str = "policy_path",
 ) -> PolicyModel:
-    """A policy directory, loaded offline. A trainable model keeps fp32 weights (accelerate's mixed precision
-    computes in bf16/fp16), optionally wrapped in LoRA adapters; a frozen one (`trainable=False`, a reference) is
-    loaded in `precision` and in eval mode. A directory that is not a model is a `ConfigError` on `field_name`."""
+    """A policy directory, loaded offline, with fp32 weights (accelerate's mixed precision computes in bf16/fp16).
+    A trainable one is optionally wrapped in LoRA adapters; a frozen one (`trainable=False`, a reference) is in eval
+    mode, and run under the same `accelerator.autocast()` as the policy it has the policy's numerics exactly (a
+    reference kept in bf16 disagreed with the unchanged policy by 0.02 nats of KL on a GPU). A directory that is not
+    a model is a `ConfigError` on `field_name`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ConfigError(field_name, f"{path} is not a model directory: it has no config.json")
-    dtype = torch.float32
-    if not trainable:
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[resolve_precision(precision)]
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
     if device is not None:
         model = model.to(device)
     if trainable and use_lora:

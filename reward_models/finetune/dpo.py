@@ -66,8 +66,8 @@ from reward_models.common import (
     cli,
     read_rows,
     require,
-    resolve_precision,
     seed_everything,
+    trained_model,
     trainer_callback,
 )
 from reward_models.finetune.common import (
@@ -255,7 +255,7 @@ def main(config: DPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         return finished
     seed_everything(config.seed)
     rows = read_rows(config.data_path)
-    loaded = load_policy_model(config.policy_path, config.precision)
+    loaded = load_policy_model(config.policy_path)
     tokenizer, settings = loaded.tokenizer, loaded.settings
     pairs = preference_pairs(rows, tokenizer, settings["history_window"], config.level)
     available = len(pairs)
@@ -324,8 +324,7 @@ def step_trainer(
     peft_config = lora_config(config)
     reference = None
     if config.reference != config.policy_path:
-        precision = resolve_precision(config.precision)
-        reference = load_policy_model(config.reference, precision, trainable=False, field_name="reference_path").model
+        reference = load_policy_model(config.reference, trainable=False, field_name="reference_path").model
     args = TRLDPOConfig(
         **trl_arguments(config, steps),
         beta=config.beta,
@@ -353,7 +352,7 @@ def _train_steps(config, model, tokenizer, pairs, steps, reporter, started):
         config, model, tokenizer, pairs, steps, [trainer_callback(reporter), trainer_time_limit(config, started)]
     )
     training, resume = train_with_resume(trainer, config, reporter, extra=("rewards/accuracies", "rewards/margins"))
-    return trainer.model, training, resume
+    return trained_model(trainer.accelerator, trainer.model), training, resume
 
 
 def _cut_prompt(prompt_ids: list[int], completion_length: int, config: DPOConfig) -> list[int]:
@@ -427,7 +426,7 @@ def _train_trajectories(config, model, tokenizer, pairs, steps, reporter, starte
         training["first_loss"], training["last_loss"] = history[0]["loss"], history[-1]["loss"]
         training["rewards_accuracies"] = history[-1]["rewards_accuracies"]
         training["rewards_margins"] = history[-1]["rewards_margins"]
-    return accelerator.unwrap_model(model), training, resumed
+    return trained_model(accelerator, model), training, resumed
 
 
 def _batch_indices(count: int, batch_size: int, step: int, seed: int) -> list[int]:
@@ -460,9 +459,8 @@ def _reference_logps(config, model, pairs, pad_token_id, device):
     import torch
 
     if config.reference != config.policy_path:
-        precision = resolve_precision(config.precision)
         reference = load_policy_model(
-            config.reference, precision, trainable=False, device=str(device), field_name="reference_path"
+            config.reference, trainable=False, device=str(device), field_name="reference_path"
         ).model
     else:
         reference = model.to(device)

@@ -52,6 +52,7 @@ from reward_models.common import (
     read_rows,
     require,
     resolve_precision,
+    trained_model,
     trainer_callback,
     trainer_precision_args,
 )
@@ -256,7 +257,7 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
         return finished
     precision = resolve_precision(config.precision)
     torch.manual_seed(config.seed)
-    policy = load_policy_model(config.policy_path, precision)
+    policy = load_policy_model(config.policy_path)
     tokenizer, settings = policy.tokenizer, policy.settings
     reward = RewardModelReward(config.reward_model_path)
     if config.data_path:
@@ -336,7 +337,7 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
     trainer.train(resume_from_checkpoint=resume)
     seconds = time.perf_counter() - started
 
-    model = trainer.model
+    model = trained_model(trainer.accelerator, trainer.model)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     reporter.log("evaluating the trained policy")

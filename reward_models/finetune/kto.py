@@ -52,6 +52,7 @@ from reward_models.common import (
     read_rows,
     require,
     seed_everything,
+    trained_model,
     trainer_callback,
 )
 from reward_models.finetune.common import (
@@ -165,7 +166,7 @@ def main(config: KTOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         return finished
     seed_everything(config.seed)
     rows = read_rows(config.data_path)
-    loaded = load_policy_model(config.policy_path, config.precision)
+    loaded = load_policy_model(config.policy_path)
     tokenizer, settings = loaded.tokenizer, loaded.settings
     examples, used = kto_examples(rows, tokenizer, settings["history_window"], config.max_length)
     desirable = sum(example["label"] for example in examples)
@@ -196,7 +197,7 @@ def main(config: KTOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     )
     training, resume = train_with_resume(trainer, config, reporter, extra=("kl",))
     train_seconds = time.monotonic() - started
-    model = trainer.model
+    model = trained_model(trainer.accelerator, trainer.model)
     metrics = final_metrics(model, tokenizer, settings, config, base, training)
     summary = {
         "metrics": metrics,

@@ -55,7 +55,7 @@ from reward_models.common import (
     cli,
     read_manifest,
     require,
-    resolve_precision,
+    trained_model,
 )
 from reward_models.finetune.common import (
     PolicyTrainConfig,
@@ -304,12 +304,11 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
     finished = finished_policy(config, KIND, reporter)
     if finished is not None:
         return finished
-    precision = resolve_precision(config.precision)
     accelerator = make_accelerator(config)
     torch.manual_seed(config.seed)
-    policy = load_policy_model(config.policy_path, precision, use_lora=config.use_lora, lora_r=config.lora_r)
+    policy = load_policy_model(config.policy_path, use_lora=config.use_lora, lora_r=config.lora_r)
     reference = load_policy_model(
-        config.reference, precision, trainable=False, device=str(accelerator.device), field_name="reference_path"
+        config.reference, trainable=False, device=str(accelerator.device), field_name="reference_path"
     )
     preference = load_preference_model(config.preference_model_path, str(accelerator.device))
     labels_used = preference_labels_used(config.preference_model_path)
@@ -412,7 +411,7 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
         reporter.progress(step + 1, config.max_steps)
     seconds += time.monotonic() - began
 
-    trained = accelerator.unwrap_model(model)
+    trained = trained_model(accelerator, model)
     if hasattr(trained, "merge_and_unload"):
         trained = trained.merge_and_unload()
     reporter.log("evaluating the trained policy")
@@ -465,7 +464,7 @@ def _update(
     for start in range(0, len(encodings), config.micro_batch_turns):
         chunk = slice(start, start + config.micro_batch_turns)
         batch = pad_turns(encodings[chunk], pad_id, config.max_length).to(accelerator.device)
-        with torch.no_grad():
+        with torch.no_grad(), accelerator.autocast():  # the policy's numerics: KL 0 while they are the same
             reference_logprobs = token_logprobs(reference, batch)
         with accelerator.autocast():
             logprobs = token_logprobs(model, batch)

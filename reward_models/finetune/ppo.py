@@ -303,7 +303,8 @@ class PPORun:
 
         rows: list[torch.Tensor] = []
         entropy_sum, tokens = 0.0, 0
-        with torch.no_grad():
+        # Under the policy's autocast, a frozen reference computes exactly as the policy does (KL 0 while equal).
+        with torch.no_grad(), self.accelerator.autocast():
             for first in range(0, len(encodings), self.config.batch_size):
                 batch = pad_turns(encodings[first : first + self.config.batch_size], self.tokenizer.pad_token_id)
                 batch = batch.to(self.accelerator.device)
@@ -572,13 +573,12 @@ def setup_run(config: PPOConfig, reporter: Reporter) -> PPORun:
 
     seed_everything(config.seed)
     accelerator = make_accelerator(config)
-    loaded = load_policy_model(config.policy_path, config.precision, use_lora=config.use_lora, lora_r=config.lora_r)
+    loaded = load_policy_model(config.policy_path, use_lora=config.use_lora, lora_r=config.lora_r)
     # With LoRA on the starting policy, the reference is the same model with its adapters off: no second copy.
     reference = None
     if not (config.use_lora and config.reference == config.policy_path):
         reference = load_policy_model(
             config.reference,
-            config.precision,
             trainable=False,
             device=str(accelerator.device),
             field_name="reference_path",

@@ -60,6 +60,7 @@ from reward_models.common import (
     require,
     resolve_precision,
     split_by_task,
+    trained_model,
     write_manifest,
 )
 from reward_models.policy.turns import elide_observations
@@ -285,7 +286,7 @@ def pair_loss(chosen: torch.Tensor, rejected: torch.Tensor, tie: torch.Tensor) -
 
     score = pair_scores(chosen, rejected)
     target = 1.0 - 0.5 * tie.float()
-    return F.binary_cross_entropy_with_logits(score, target.to(score.dtype))
+    return F.binary_cross_entropy_with_logits(score, target.to(score.device, score.dtype))
 
 
 def _check_rows(rows: list[dict[str, Any]]) -> None:
@@ -425,7 +426,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
         reporter.progress(step + 1, total)  # after the checkpoint: a cancel raised here keeps this step
     seconds += time.perf_counter() - began
 
-    trained = accelerator.unwrap_model(model)
+    trained = trained_model(accelerator, model)
     if hasattr(trained, "merge_and_unload"):
         trained = trained.merge_and_unload()
     loaded = PreferenceModel(

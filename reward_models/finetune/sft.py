@@ -48,6 +48,7 @@ from reward_models.common import (
     read_rows,
     require,
     seed_everything,
+    trained_model,
     trainer_callback,
 )
 from reward_models.finetune.common import (
@@ -142,7 +143,7 @@ def main(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         return finished
     seed_everything(config.seed)
     rows = read_rows(config.data_path)
-    loaded = load_policy_model(config.policy_path, config.precision)
+    loaded = load_policy_model(config.policy_path)
     tokenizer, settings = loaded.tokenizer, loaded.settings
     examples, used = sft_examples(rows, tokenizer, settings["history_window"], config.sources, config.max_length)
     if not examples:
@@ -162,7 +163,7 @@ def main(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     )
     training, resume = train_with_resume(trainer, config, reporter)
     train_seconds = time.monotonic() - started
-    model = trainer.model
+    model = trained_model(trainer.accelerator, trainer.model)
     metrics = final_metrics(model, tokenizer, settings, config, base, training)
     summary = {
         "metrics": metrics,

@@ -174,7 +174,7 @@ def test_a_loop_checkpoint_restores_weights_optimiser_and_state(tmp_path, tiny_p
         return accelerator, *accelerator.prepare(model, optimizer)
 
     accelerator, model, optimizer = prepared()
-    ids = torch.tensor([[1, 2, 3, 4]])
+    ids = torch.tensor([[1, 2, 3, 4]], device=accelerator.device)
     for step in (1, 2, 3):
         model(input_ids=ids, labels=ids).loss.backward()
         optimizer.step()

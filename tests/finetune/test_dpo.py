@@ -147,7 +147,8 @@ def test_observation_positions_get_no_gradient_in_the_step_level_dpo_loss(tiny_p
     rows = [json.loads(line) for line in step_rows_path.read_text().splitlines()][:4]
     pairs = preference_pairs(rows, loaded.tokenizer, 0, "step")
     trainer = step_trainer(config, loaded.model, loaded.tokenizer, pairs, steps=1)
-    inputs = trainer.data_collator([trainer.train_dataset[i] for i in range(len(pairs))])
+    # On the model's device, as the Trainer's own training step puts them (CUDA where there is one).
+    inputs = trainer._prepare_inputs(trainer.data_collator([trainer.train_dataset[i] for i in range(len(pairs))]))
     # The final hidden state at position t feeds only the prediction of token t + 1.
     captured = {}
 

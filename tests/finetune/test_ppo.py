@@ -254,7 +254,7 @@ def test_the_critic_update_fits_the_returns_of_its_batch(tiny_policy_dir, judges
     run = setup_run(config, RecordingReporter())
     run.state = {"kl_beta": config.kl_beta}
     batch = run.collect(run.rollouts(0))
-    targets = torch.tensor([g for returns in batch.returns for g in returns])
+    targets = torch.tensor([g for returns in batch.returns for g in returns], device=run.accelerator.device)
 
     def error() -> float:
         with torch.no_grad():

@@ -86,7 +86,8 @@ def test_observation_positions_get_no_gradient_in_the_sft_loss(tiny_policy_dir, 
     loaded = load_policy_model(tiny_policy_dir)
     examples, _ = sft_examples(rows[:6], loaded.tokenizer, 0, ["intervention"], 1024)
     trainer = sft_trainer(config, loaded.model, loaded.tokenizer, examples, 1)
-    inputs = trainer.data_collator([trainer.train_dataset[i] for i in range(len(examples))])
+    # On the model's device, as the Trainer's own training step puts them (CUDA where there is one).
+    inputs = trainer._prepare_inputs(trainer.data_collator([trainer.train_dataset[i] for i in range(len(examples))]))
     captured = []
 
     def keep(module, args, output):

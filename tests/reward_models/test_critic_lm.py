@@ -4,6 +4,7 @@ cancel, config errors and the command line. Tiny models on CPU, on oracle-labell
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -266,6 +267,7 @@ def test_rows_without_a_critique_are_refused_naming_the_row(tiny_base_model, tmp
 
 def test_the_command_line_shows_help_and_trains(critiques_path, tiny_base_model, tmp_path):
     env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")  # where the packages are, if not beside the interpreter
     shown = subprocess.run(
         [sys.executable, "-m", "reward_models.critic_lm", "--help"], cwd=ROOT, env=env, capture_output=True, text=True
     )

@@ -20,7 +20,10 @@ from tests.reward_models.reporters import RecordingReporter, RunCancelled
 # A 4x4 grid with an 8-step limit keeps a trajectory near 200 tokens.
 SMALL_GRID = {"size": 4, "max_steps": 8}
 # Settings under which the tiny model separates good from bad steps within 200 steps (about 12 s on one thread).
-FAST = {"batch_size": 8, "learning_rate": 1e-2, "logging_steps": 1, "save_steps": 1000, "max_length": 512}
+# It learns in a sudden drop of the loss; at 1e-2 that came at step ~140 on a CPU but ~250 on an H100 (fp32 and
+# bf16 alike), so the test failed there. At 5e-3 the margin below was 0.55 on a CPU, 0.58 (fp32) and 0.43 (bf16)
+# on the H100.
+FAST = {"batch_size": 8, "learning_rate": 5e-3, "logging_steps": 1, "save_steps": 1000, "max_length": 512}
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -156,7 +156,7 @@ def test_the_loaded_critic_explains_variance_of_the_training_returns(trained, ro
 
 def test_the_loaded_critic_gives_the_held_out_figures_the_trained_one_reported(trained, rows):
     config, summary, reporter = trained
-    critic = load_value_critic(config.output_dir, device="cpu")
+    critic = load_value_critic(config.output_dir)  # on the device that trained it (CUDA where there is one)
     train_rows, held_out = split_by_task(rows, config.eval_fraction, config.seed)
     values = [critic.values(row["prompt"], row["completions"]) for row in held_out]
     returns = [discounted_returns(row["rewards"], GAMMA) for row in held_out]
