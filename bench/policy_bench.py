@@ -1,8 +1,9 @@
 """Policy fine-tuning, measured: every trainer in `reward_models.finetune` starts from the same bootstrapped tiny
 gridworld policy, learns from oracle-labelled feedback on its own rollouts (training tasks only), and is evaluated on
 the 200 held-out tasks with greedy and with sampled decoding. Prints, per algorithm, the base and the new success
-rate with standard errors, the wall time and the number of labels used, and PPO on the environment's true reward as
-an upper bound. Writes the figures as JSON (`--out`).
+rate with standard errors, the gain with its paired standard error (same tasks, same seeds), the wall time and the
+number of labels used, and PPO on the environment's true reward as an upper bound. Writes the figures as JSON
+(`--out`).
 
     .venv/bin/python bench/policy_bench.py                           # everything: about an hour on 2 CPU cores
     .venv/bin/python bench/policy_bench.py --methods dpo,sft,kto     # the offline trainers only
@@ -192,7 +193,9 @@ def run_method(
     summary = module.main(config, SilentReporter())
     wall = time.monotonic() - started
     loaded = load_policy_model(output_dir)
-    figures = evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, _eval_config(args, policy_path))
+    figures = evaluate_policy(
+        loaded.model, loaded.tokenizer, loaded.settings, _eval_config(args, policy_path), per_task=True
+    )
     # Offline trainers say how many rows they used (DPO's balancing keeps a subset); online ones used their judges'.
     judge_files = {JUDGE_DATA[judge] for judge in judge_settings.values()}
     labels = sum(counts[name] for name in judge_files) if judge_files else summary.get("labels_used") or 0
@@ -225,7 +228,9 @@ def main(argv: list[str] | None = None) -> None:
     from reward_models.finetune.common import evaluate_policy, load_policy_model
 
     loaded = load_policy_model(policy_path)
-    base = evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, _eval_config(args, policy_path))
+    base = evaluate_policy(
+        loaded.model, loaded.tokenizer, loaded.settings, _eval_config(args, policy_path), per_task=True
+    )
     print(f"base: greedy {_rate(base, 'greedy')}, sampled {_rate(base, 'sampled')}", flush=True)
 
     needed = {judge for name in methods for judge in TRAINERS[name][3].values()}
@@ -241,19 +246,32 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {name}: greedy {_rate(final, 'greedy')}, sampled {_rate(final, 'sampled')}", flush=True)
 
     print()
-    print("| Algorithm | Labels used | Greedy: base → new | Sampled: base → new | Wall time |")
-    print("| --- | --- | --- | --- | --- |")
+    print("Gains are paired: the same held-out tasks and seeds for the base and the new policy; ± one standard error.")
+    print("| Algorithm | Labels used | Greedy: base → new | gain | Sampled: base → new | gain | Wall time |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for result in results:
         final = result["final"]
+        result["gains"] = {mode: _paired_gain(base, final, mode) for mode in ("greedy", "sampled")}
         print(
             f"| {result['method']} | {result['labels']:,} | {_rate(base, 'greedy')} → {_rate(final, 'greedy')} | "
-            f"{_rate(base, 'sampled')} → {_rate(final, 'sampled')} | {result['wall_seconds']:.0f} s |"
+            f"{_gain(result['gains']['greedy'])} | {_rate(base, 'sampled')} → {_rate(final, 'sampled')} | "
+            f"{_gain(result['gains']['sampled'])} | {result['wall_seconds']:.0f} s |"
         )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     figures = {"base": base, "results": results, "judge_seconds": judge_seconds, "counts": counts}
     out.write_text(json.dumps(figures, indent=1, default=str))
     print(f"\nfigures in {out}")
+
+
+def _paired_gain(base: dict[str, Any], final: dict[str, Any], mode: str) -> tuple[float, float]:
+    from reward_models.rollout import paired_difference
+
+    return paired_difference(base[f"{mode}_per_task"], final[f"{mode}_per_task"])
+
+
+def _gain(gain: tuple[float, float]) -> str:
+    return f"{100 * gain[0]:+.1f} ± {100 * gain[1]:.1f}"
 
 
 def _rate(figures: dict[str, float], mode: str) -> str:

@@ -191,11 +191,12 @@ def evaluate_success(
     samples: int = 1,
     temperature: float = 1.0,
     seed: int = 0,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Success rate over the tasks of ``seeds`` (typically ``env.eval_seeds()``), with its standard error.
 
     With several samples per task the samples of one task are not independent, so the standard error is taken over
-    per-task success rates. ``pass_at_k`` is the share of tasks with at least one success among the ``samples``.
+    per-task success rates (``task_rates``, in the order of ``seeds``). ``pass_at_k`` is the share of tasks with at
+    least one success among the ``samples``.
     """
     env = env_factory()
     tasks = [env.make_task(task_seed) for task_seed in seeds]
@@ -221,7 +222,20 @@ def evaluate_success(
         "pass_at_k": sum(any(e.success for e in group) for group in per_task) / len(tasks),
         "mean_length": sum(e.length for e in episodes) / len(episodes),
         "episodes": len(episodes),
+        "task_rates": task_rates,
     }
+
+
+def paired_difference(before: Sequence[float], after: Sequence[float]) -> tuple[float, float]:
+    """The mean of ``after[i] - before[i]`` and its standard error: two policies scored on the same tasks with the
+    same seeds. Pairing removes the spread between easy and hard tasks, so the error of a gain is far smaller than
+    the two success rates' own errors would suggest."""
+    if len(before) != len(after) or not before:
+        raise ValueError("paired_difference needs two equally long, non-empty lists")
+    differences = [b - a for a, b in zip(before, after, strict=True)]
+    mean = sum(differences) / len(differences)
+    variance = sum((d - mean) ** 2 for d in differences) / max(len(differences) - 1, 1)
+    return mean, math.sqrt(variance / len(differences))
 
 
 def _turn_seed(seed: int, turn: int) -> int:

@@ -166,9 +166,12 @@ def evaluate_policy(
     config: PolicyTrainConfig,
     *,
     seed: int = 0,
-) -> dict[str, float]:
+    per_task: bool = False,
+) -> dict[str, Any]:
     """Greedy and sampled success on the first `config.eval_tasks` held-out tasks, each with its standard error
-    (`rollout.evaluate_success`); {} when `eval_tasks` is 0. Pass the unwrapped model (`accelerator.unwrap_model`)."""
+    (`rollout.evaluate_success`); {} when `eval_tasks` is 0. With `per_task`, also each task's success
+    (`greedy_per_task`, `sampled_per_task`), for paired comparisons. Pass the unwrapped model
+    (`accelerator.unwrap_model`)."""
     from reward_models.policy.local import LocalCausalLMPolicy
     from reward_models.rollout import evaluate_success
 
@@ -187,7 +190,7 @@ def evaluate_policy(
         )
     finally:
         tokenizer.padding_side = padding_side
-    return {
+    figures: dict[str, Any] = {
         "greedy_success": greedy["success_rate"],
         "greedy_stderr": greedy["stderr"],
         "sampled_success": sampled["success_rate"],
@@ -195,6 +198,9 @@ def evaluate_policy(
         "mean_length": sampled["mean_length"],
         "tasks": len(seeds),
     }
+    if per_task:
+        figures["greedy_per_task"], figures["sampled_per_task"] = greedy["task_rates"], sampled["task_rates"]
+    return figures
 
 
 def finished_policy(config: PolicyTrainConfig, kind: str, reporter: Reporter) -> dict[str, Any] | None:

@@ -138,11 +138,13 @@ def test_evaluate_policy_reports_greedy_and_sampled_success_on_held_out_tasks(po
     config = PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_tasks=6)
     loaded = load_policy_model(policy_dir)
     loaded.tokenizer.padding_side = "right"
-    result = evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, config, seed=1)
+    result = evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, config, seed=1, per_task=True)
     assert result["tasks"] == 6
     for mode in ("greedy", "sampled"):
         assert 0.0 <= result[f"{mode}_success"] <= 1.0
         assert result[f"{mode}_stderr"] >= 0.0
+        assert sum(result[f"{mode}_per_task"]) / 6 == pytest.approx(result[f"{mode}_success"])
+    assert "greedy_per_task" not in evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, config, seed=1)
     assert loaded.tokenizer.padding_side == "right"  # restored after generation padded on the left
 
 

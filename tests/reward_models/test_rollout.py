@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import json
+import math
 from functools import partial
 
 import pytest
 
 from reward_models.envs import GridWorld, load_environment, replay
 from reward_models.policy import LocalCausalLMPolicy
-from reward_models.rollout import continue_episode, evaluate_success, rollout
+from reward_models.rollout import continue_episode, evaluate_success, paired_difference, rollout
 
 GRIDWORLD = partial(load_environment, "reward_models.envs.gridworld.GridWorld", {"size": 7, "max_steps": 15})
 
@@ -157,3 +158,17 @@ def test_evaluate_success_of_the_tiny_policy_is_a_rate(local_policy):
     result = evaluate_success(local_policy, GRIDWORLD, seeds, greedy=False, samples=2, seed=0)
     assert 0.0 <= result["success_rate"] <= result["pass_at_k"] <= 1.0
     assert result["stderr"] >= 0.0 and result["mean_length"] >= 1
+    assert len(result["task_rates"]) == 12 and set(result["task_rates"]) <= {0.0, 0.5, 1.0}
+    assert sum(result["task_rates"]) / 12 == pytest.approx(result["success_rate"])
+
+
+def test_a_paired_difference_removes_the_spread_between_tasks():
+    before = [0.0, 0.0, 1.0, 1.0, 0.0, 1.0]  # half the tasks are easy
+    after = [1.0, 0.0, 1.0, 1.0, 1.0, 1.0]  # two hard ones turned
+    gain, stderr = paired_difference(before, after)
+    assert gain == pytest.approx(2 / 6)
+    # sd of the differences [1,0,0,0,1,0] over sqrt(6); the unpaired error of either rate alone is larger.
+    assert stderr == pytest.approx(math.sqrt((2 * (2 / 3) ** 2 + 4 * (1 / 3) ** 2) / 5 / 6))
+    assert paired_difference(before, before) == (0.0, 0.0)
+    with pytest.raises(ValueError):
+        paired_difference(before, after[:3])
