@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -254,10 +255,12 @@ def _cli_parser(name: str, allowed: set[type]) -> Callable[[str], Any]:
 
 def cli(cls: type[C], main: Callable[..., dict[str, Any]], description: str | None = None, argv=None) -> None:
     """The `python -m reward_models.<pipeline>` entry: parse flags, train with a console reporter, print the
-    summary as JSON on stdout."""
+    summary as JSON on stdout. Under `accelerate launch` or `torchrun` only the first process reports and prints."""
     config = parse_cli(cls, argv, (description or "").split("\n\n")[0] or None)
-    summary = main(config, ConsoleReporter())
-    print(json.dumps(summary, indent=2, default=str))
+    first = os.environ.get("RANK", "0") == "0"
+    summary = main(config, ConsoleReporter() if first else SilentReporter())
+    if first:
+        print(json.dumps(summary, indent=2, default=str))
 
 
 @dataclass

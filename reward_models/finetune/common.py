@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from accelerate import Accelerator
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from reward_models.policy.base import Policy
     from reward_models.rollout import Episode
 
 GRIDWORLD = "reward_models.envs.gridworld.GridWorld"
@@ -151,6 +152,29 @@ def load_policy_model(
 def environment_factory(config: PolicyTrainConfig) -> Callable[[], Environment]:
     """A fresh environment per call (environments are stateful), as `reward_models.rollout` wants."""
     return partial(load_environment, config.environment, config.environment_config)
+
+
+def shared_rollout(
+    accelerator: Accelerator,
+    env_factory: Callable[[], Environment],
+    tasks: Sequence[dict[str, Any]],
+    policy: Policy,
+    *,
+    seed: int,
+    **options: Any,
+) -> list[Episode]:
+    """`rollout.rollout` split across the processes: each rolls out its share of the tasks (every sample of a task
+    in one process), with its own sampling seeds, and every process gets all the episodes, in the order of the
+    processes, so the update that follows is the same everywhere. With one process, exactly `rollout`."""
+    from reward_models.rollout import rollout
+
+    if accelerator.num_processes == 1:
+        return rollout(env_factory, tasks, policy, seed=seed, **options)
+    from accelerate.utils import gather_object
+
+    rank = accelerator.process_index
+    mine = list(tasks[rank :: accelerator.num_processes])
+    return gather_object(rollout(env_factory, mine, policy, seed=seed + rank * 2**31, **options))
 
 
 def train_seeds_tasks(config: PolicyTrainConfig, count: int, start: int = 0) -> list[dict[str, Any]]:

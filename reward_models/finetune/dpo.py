@@ -337,13 +337,32 @@ def step_trainer(
         model=model,
         ref_model=reference,
         args=args,
-        train_dataset=Dataset.from_list(records),
+        train_dataset=_shared_dataset(Dataset.from_list(records), config),
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=list(callbacks),
     )
     trainer.remove_callback(PrinterCallback)  # the reporter reports; stdout is for the summary
     return trainer
+
+
+def _shared_dataset(dataset: Any, config: DPOConfig) -> Any:
+    """`dataset` as every process can read it. TRL caches the precomputed reference log-probabilities beside the
+    dataset's files, where the main process writes them and the others read them; an in-memory dataset has its
+    files in a temporary folder of each process, so under several processes it goes into the run's checkpoint
+    folder first."""
+    from accelerate import PartialState
+    from datasets import load_from_disk
+
+    state = PartialState()
+    if state.num_processes == 1:
+        return dataset
+    folder = checkpoint_dir(config.output_dir) / "step-pairs"
+    if state.is_main_process:
+        shutil.rmtree(folder, ignore_errors=True)  # an earlier attempt's copy and its cache go
+        dataset.save_to_disk(folder)
+    state.wait_for_everyone()
+    return load_from_disk(str(folder))
 
 
 def _train_steps(config, model, tokenizer, pairs, steps, reporter, started):
@@ -393,6 +412,8 @@ def _train_trajectories(config, model, tokenizer, pairs, steps, reporter, starte
     step = start
     while step < steps and not out_of_time(config, started):
         indices = _batch_indices(len(pairs), config.batch_size, step, config.seed)
+        # Under several processes each takes its share of the batch; the gradients are averaged across them.
+        indices = indices[accelerator.process_index :: accelerator.num_processes] or indices
         with accelerator.autocast():
             chosen, chosen_tokens, rejected = sequence_logprobs(
                 model, [pairs[i] for i in indices], pad_token_id, config.max_length

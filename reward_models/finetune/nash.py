@@ -71,6 +71,7 @@ from reward_models.finetune.common import (
     resume_loop_checkpoint,
     save_loop_checkpoint,
     save_trained_policy,
+    shared_rollout,
     success_gain,
     token_logprobs,
     train_seeds_tasks,
@@ -298,7 +299,6 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
 
     from reward_models.finetune.preference_model import load_preference_model
     from reward_models.policy.local import LocalCausalLMPolicy
-    from reward_models.rollout import rollout
 
     reporter = reporter or SilentReporter()
     finished = finished_policy(config, KIND, reporter)
@@ -352,17 +352,18 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
         seed = config.seed * 1_000_003 + step
         figures: dict[str, float] = {}
         if config.method == "nash_md":
-            episodes = rollout(
-                factory, batch_tasks, sampler, greedy=False, temperature=config.temperature, seed=2 * seed,
-                render=False, max_turns=config.max_turns,
+            episodes = shared_rollout(
+                accelerator, factory, batch_tasks, sampler, greedy=False, temperature=config.temperature,
+                seed=2 * seed, render=False, max_turns=config.max_turns,
             )  # fmt: skip
             mixture = MixturePolicy(
                 unwrapped, reference.model, tokenizer, config.mixture_alpha,
                 history_window=settings["history_window"], max_new_tokens=settings["max_new_tokens"],
             )  # fmt: skip
-            opponents = rollout(
-                factory, batch_tasks, mixture, greedy=False, temperature=config.temperature, seed=2 * seed + 1,
-                render=False, max_turns=config.max_turns,
+            # The same split of the tasks, so that each episode meets its opponent on the same task.
+            opponents = shared_rollout(
+                accelerator, factory, batch_tasks, mixture, greedy=False, temperature=config.temperature,
+                seed=2 * seed + 1, render=False, max_turns=config.max_turns,
             )  # fmt: skip
             pairs = []
             for episode, opponent in zip(episodes, opponents, strict=True):
@@ -374,9 +375,9 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
             figures["opponent_success"] = _mean([float(e.success) for e in opponents])
         else:
             k = config.samples_per_task
-            episodes = rollout(
-                factory, batch_tasks, sampler, samples_per_task=k, greedy=False, temperature=config.temperature,
-                seed=2 * seed, render=False, max_turns=config.max_turns,
+            episodes = shared_rollout(
+                accelerator, factory, batch_tasks, sampler, samples_per_task=k, greedy=False,
+                temperature=config.temperature, seed=2 * seed, render=False, max_turns=config.max_turns,
             )  # fmt: skip
             advantages, rates = [], []
             for group in range(len(batch_tasks)):

@@ -79,6 +79,7 @@ from reward_models.finetune.common import (
     resume_loop_checkpoint,
     save_loop_checkpoint,
     save_trained_policy,
+    shared_rollout,
     success_gain,
     token_logprobs,
     train_seeds_tasks,
@@ -280,11 +281,11 @@ class PPORun:
 
     def rollouts(self, iteration: int) -> list[Episode]:
         """The iteration's episodes: fresh training tasks, sampled from the current policy."""
-        from reward_models.rollout import rollout
 
         config = self.config
         first = ROLLOUT_SEEDS + iteration * config.rollouts_per_step
-        episodes = rollout(
+        episodes = shared_rollout(
+            self.accelerator,
             environment_factory(config),
             train_seeds_tasks(config, config.rollouts_per_step, start=first),
             self.local_policy(),
@@ -348,7 +349,7 @@ class PPORun:
 
         self.critic.eval()
         trajectories = [critic_steps(episode_messages(episode)) for episode in episodes]
-        windows = critic_windows(self.critic, self.critic_tokenizer, trajectories)
+        windows = critic_windows(self.accelerator.unwrap_model(self.critic), self.critic_tokenizer, trajectories)
         values = critic_values(
             self.critic,
             windows,
@@ -645,7 +646,7 @@ def main(config: PPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         if judges is not None:
             judges.moments = RunningMoments(**state["moments"])
     else:
-        run.state = {"kl_beta": config.kl_beta, "train_seconds": 0.0, "selection": [], "best": None}
+        run.state = {"kl_beta": config.kl_beta, "train_seconds": 0.0, "selection": [], "best": None, "episodes": 0}
         run.state["base"] = evaluate_base(run.policy, run.tokenizer, run.settings, config)
         if run.state["base"]:
             reporter.log(_describe("base policy", run.state["base"]))
@@ -655,7 +656,9 @@ def main(config: PPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     started = time.monotonic() - run.state["train_seconds"]
     iteration = start
     while iteration < config.max_steps and not out_of_time(config, started):
-        batch = run.collect(run.rollouts(iteration))
+        episodes = run.rollouts(iteration)
+        run.state["episodes"] = run.state.get("episodes", 0) + len(episodes)
+        batch = run.collect(episodes)
         iteration += 1
         figures = {**batch.figures, **run.update(batch, iteration)}
         reporter.progress(iteration, config.max_steps)
@@ -698,7 +701,7 @@ def _finish(run: PPORun, iteration: int, train_seconds: float, resumed: Path | N
         "metrics": metrics,
         "labels_used": 0,
         "iterations": iteration,
-        "episodes": iteration * config.rollouts_per_step,
+        "episodes": state.get("episodes", 0),  # trained on, in every process
         "train_seconds": train_seconds,
         "output_dir": str(config.output_dir),
         "resumed_from": str(resumed) if resumed is not None else None,

@@ -258,9 +258,10 @@ def _forward_heads(model: PreTrainedModel, sequences: Sequence[list[int]], batch
     """Head outputs for token sequences, right-padded in length-sorted batches (the head reads the last token that
     is not padding); with gradient when the caller has it on."""
     import torch
+    from accelerate.utils import extract_model_from_parallel
 
     device = next(model.parameters()).device
-    pad = model.config.get_text_config().pad_token_id
+    pad = extract_model_from_parallel(model).config.get_text_config().pad_token_id
     order = sorted(range(len(sequences)), key=lambda index: len(sequences[index]))
     pieces, placed = [], []
     for start in range(0, len(order), batch_size):
@@ -406,6 +407,8 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
         order = list(range(len(train_rows)))
         random.Random(config.seed * 1_000_003 + epoch).shuffle(order)
         batch = [order[(offset + i) % len(order)] for i in range(min(config.batch_size, len(order)))]
+        # Under several processes each takes its share of the batch; the gradients are averaged across them.
+        batch = batch[accelerator.process_index :: accelerator.num_processes] or batch
         with accelerator.autocast():
             heads = _forward_heads(
                 model, [chosen_ids[i] for i in batch] + [rejected_ids[i] for i in batch], config.batch_size * 2

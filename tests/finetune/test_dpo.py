@@ -39,6 +39,7 @@ from reward_models.policy.turns import (
     render_prompt,
     turn_messages,
 )
+from tests.launch import torchrun
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
@@ -304,15 +305,20 @@ def test_a_bad_setting_is_refused_naming_its_field(values, field, tiny_policy_di
     assert error.value.field == field
 
 
-def test_the_command_line_shows_help_and_trains(tiny_policy_dir, step_rows_path, tmp_path):
+def test_the_command_line_shows_help_and_trains_across_two_processes(tiny_policy_dir, step_rows_path, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "reward_models.finetune.dpo"]
     shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
     assert "--level" in shown.stdout and "--sft_weight" in shown.stdout and "--balance" in shown.stdout
-    flags = {**TINY, "max_steps": 2, "environment_config": json.dumps(SMALL_GRID)}
+    flags = {**TINY, "max_steps": 2, "environment_config": json.dumps(SMALL_GRID), "precompute_ref_log_probs": True}
     flags.update(policy_path=tiny_policy_dir, data_path=step_rows_path, output_dir=tmp_path / "run")
     arguments = [part for name, value in flags.items() for part in (f"--{name}", str(value))]
-    done = subprocess.run([*command, *arguments], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    # Two processes: TRL's precomputed reference log-probs must reach the second one (they are cached beside the
+    # dataset's files), and only the first prints the summary.
+    done = subprocess.run(
+        [*torchrun("reward_models.finetune.dpo"), *arguments], capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert summary["steps"] == 2 and (tmp_path / "run" / "model.safetensors").is_file()
 

@@ -27,6 +27,7 @@ from reward_models.oracle_data import build_tiny_base, preference_rows, scripted
 from reward_models.policy.turns import transcript
 from reward_models.rollout import Episode, Step
 from reward_models.value import load_value_critic
+from tests.launch import torchrun
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 # A 4x4 grid with a 6-step limit keeps episodes, and the critic's transcripts, short.
@@ -318,7 +319,7 @@ def test_a_bad_setting_is_refused_naming_its_field(values, field, tiny_policy_di
     assert error.value.field == field
 
 
-def test_the_command_line_shows_help_and_trains_on_the_oracle_reward(tiny_policy_dir, tmp_path):
+def test_the_command_line_shows_help_and_trains_on_the_oracle_reward_across_two_processes(tiny_policy_dir, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "reward_models.finetune.ppo"]
     shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
@@ -327,7 +328,7 @@ def test_the_command_line_shows_help_and_trains_on_the_oracle_reward(tiny_policy
     arguments = [part for name, value in flags.items() for part in (f"--{name}", str(value))]
     done = subprocess.run(
         [
-            *command,
+            *torchrun("reward_models.finetune.ppo"),
             "--policy_path",
             str(tiny_policy_dir),
             "--output_dir",
@@ -345,4 +346,6 @@ def test_the_command_line_shows_help_and_trains_on_the_oracle_reward(tiny_policy
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout)
     assert summary["iterations"] == 2 and (tmp_path / "cli" / "tandem_artifact.json").is_file()
+    # Each process rolled out half the tasks, and both trained on all of them.
+    assert summary["episodes"] == 2 * TINY["rollouts_per_step"]
     assert "policy_loss=" in done.stderr

@@ -24,6 +24,7 @@ from reward_models.finetune.preference_model import (
     pair_scores,
 )
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
+from tests.launch import torchrun
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
@@ -173,3 +174,26 @@ def test_command_line_help_lists_the_settings():
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert "--skew_dims" in result.stdout and "--layout" in result.stdout
+
+
+def test_the_command_line_trains_across_two_processes(data_path, rows, tiny_base_model, tmp_path):
+    # Each process takes half of every batch; the first one alone saves the model and prints the summary.
+    flags = {**FAST, "data_path": data_path, "base_model": tiny_base_model, "output_dir": tmp_path / "run"}
+    flags.update(max_steps=4, logging_steps=2)
+    arguments = [part for name, value in flags.items() for part in (f"--{name}", str(value))]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [*torchrun("reward_models.finetune.preference_model"), *arguments],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["steps"] == 4 and math.isfinite(summary["final_loss"]) and summary["metrics"]["pairs"] > 10
+    row = next(row for row in rows if not row.get("tie"))
+    forward, backward = load_preference_model(tmp_path / "run", "cpu").probability(
+        [(row["prompt"], row["chosen"], row["rejected"]), (row["prompt"], row["rejected"], row["chosen"])]
+    )
+    assert forward + backward == pytest.approx(1.0, abs=1e-6)
