@@ -20,4 +20,6 @@ mkdir -p "$TANDEM_DATA_DIR"
 .venv/bin/ruff format --check .
 .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null || {
   echo "Model changes without a migration: run manage.py makemigrations." >&2; exit 1; }
-exec .venv/bin/python -m pytest "$@"
+# Two processes (pytest-xdist): the web app's and the workers' tests in one, in order; the training pipelines' tests
+# spread over both (tests/conftest.py). TEST_PROCESSES=0 runs everything in this process.
+exec .venv/bin/python -m pytest -n "${TEST_PROCESSES:-2}" "$@"

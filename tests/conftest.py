@@ -19,6 +19,28 @@ def pytest_configure(config) -> None:
     from django.conf import settings
 
     settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Two test processes on two cores: one torch thread each, or each process's threads wait on the other's.
+        import torch
+
+        torch.set_num_threads(1)
+
+
+# The tests of the web app and the workers share one database, data directory and broker (Celery workers purge its
+# queues): under pytest-xdist (`test.sh` runs two processes) they all run in one process, in order. The training
+# pipelines' tests touch none of these; they are spread over the processes a module at a time, so that a module's
+# fixtures are built once.
+SHARED_STATE = ("tests/feedback_app/", "tests/training/")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedStateScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "shared_state" if nodeid.startswith(SHARED_STATE) else super()._split_scope(nodeid)
+
+    return SharedStateScheduling(config, log)
 
 
 @pytest.fixture

@@ -100,8 +100,19 @@ class PolicyTrainConfig:
 
 
 def out_of_time(config: PolicyTrainConfig, started: float) -> bool:
-    """Whether `config.max_seconds` have passed since `started` (a `time.monotonic()` reading)."""
-    return bool(config.max_seconds) and time.monotonic() - started > config.max_seconds
+    """Whether `config.max_seconds` have passed since `started` (a `time.monotonic()` reading). Under several
+    processes the first one's clock decides for all: one process stopping alone would leave the others waiting for
+    it in their next gradient exchange."""
+    if not config.max_seconds:
+        return False
+    over = time.monotonic() - started > config.max_seconds
+    from accelerate import PartialState
+
+    if PartialState().num_processes == 1:
+        return over
+    from accelerate.utils import broadcast_object_list
+
+    return bool(broadcast_object_list([over], from_process=0)[0])
 
 
 # --- the policy and its environment ------------------------------------------------------------------------------

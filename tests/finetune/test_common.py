@@ -3,8 +3,11 @@ match what generation produced, evaluation, and accelerate checkpoints."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
+from transformers import TrainerControl
 
 from reward_models.common import ConfigError, config_from_dict
 from reward_models.envs.gridworld import GridWorld
@@ -16,11 +19,13 @@ from reward_models.finetune.common import (
     evaluate_policy,
     load_policy_model,
     make_accelerator,
+    out_of_time,
     pad_turns,
     resume_loop_checkpoint,
     save_loop_checkpoint,
     token_logprobs,
     train_seeds_tasks,
+    trainer_time_limit,
     turn_encodings,
 )
 from reward_models.policy.local import LocalCausalLMPolicy
@@ -199,3 +204,16 @@ def test_a_run_without_checkpoints_starts_at_step_zero(tmp_path, tiny_policy_dir
 
 def _contains(sequence: list[int], part: list[int]) -> bool:
     return any(sequence[i : i + len(part)] == part for i in range(len(sequence) - len(part) + 1))
+
+
+def test_max_seconds_stops_a_loop_and_a_trainer_once_the_time_is_up(tmp_path):
+    config = PolicyTrainConfig(policy_path="p", output_dir=str(tmp_path), max_seconds=60.0)
+    now = time.monotonic()
+    assert not out_of_time(config, now) and out_of_time(config, now - 61.0)
+    assert not out_of_time(PolicyTrainConfig(policy_path="p", output_dir=str(tmp_path)), now - 1e6)  # 0: no limit
+    callback, control = trainer_time_limit(config, now - 61.0), TrainerControl()
+    callback.on_step_end(None, None, control)
+    assert control.should_training_stop
+    control = TrainerControl()
+    trainer_time_limit(config, now).on_step_end(None, None, control)
+    assert not control.should_training_stop
