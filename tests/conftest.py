@@ -24,6 +24,7 @@ def pytest_configure(config) -> None:
         import torch
 
         torch.set_num_threads(1)
+        settings.TANDEM_TORCH_THREADS = 1  # the demo bootstrap's training too
 
 
 # The tests of the web app and the workers share one database, data directory and broker (Celery workers purge its

@@ -30,6 +30,8 @@ def bootstrap_config(run: TrainingRun) -> BootstrapConfig:
     for env_key, field_name in ENV_FIELDS.items():
         if env_key in environment.config:
             values.setdefault(field_name, environment.config[env_key])
+    if settings.TANDEM_TORCH_THREADS:
+        values.setdefault("num_threads", settings.TANDEM_TORCH_THREADS)
     values["output_dir"] = str(settings.ARTIFACT_ROOT / "policies" / f"bootstrap-run-{run.pk}")
     return BootstrapConfig(**values)
 

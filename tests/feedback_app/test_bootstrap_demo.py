@@ -64,3 +64,13 @@ def test_bootstrap_demo_builds_the_demo_once_and_is_safe_to_repeat(settings, tmp
     assert QueueItem.objects.count() == 9, "nothing is queued twice"
     assert "Base policy kept" in second
     assert f"annotator   {logins['annotator']}" in second, "the same passwords are printed again"
+
+
+def test_the_bootstrap_trains_with_the_worker_thread_setting_unless_the_run_names_its_own(settings, project):
+    from training.bootstrap import bootstrap_config
+
+    settings.TANDEM_TORCH_THREADS = 3
+    assert bootstrap_config(TrainingRun(project=project, config={})).num_threads == 3
+    assert bootstrap_config(TrainingRun(project=project, config={"num_threads": 2})).num_threads == 2
+    settings.TANDEM_TORCH_THREADS = 0  # unset: the bootstrap's own default
+    assert bootstrap_config(TrainingRun(project=project, config={})).num_threads == 2
