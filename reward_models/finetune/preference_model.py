@@ -446,6 +446,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
         "initial_loss": _mean(losses[: min(10, len(losses))]) if losses else None,
         "final_loss": _mean(losses[-min(10, len(losses)) :]) if losses else None,
         "train_seconds": seconds,
+        "samples_per_second": total * min(config.batch_size, len(train_rows)) / seconds if seconds else 0.0,
         "output_dir": str(config.output_dir),
         "resumed_from": str(resumed) if resumed else None,
     }

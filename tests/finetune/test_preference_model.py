@@ -105,6 +105,7 @@ def test_training_lowers_the_loss_and_beats_chance_on_held_out_tasks(trained):
     assert metrics["pairs"] > 10
     assert metrics["accuracy"] > 0.65
     assert summary["labels_used"] == summary["train_samples"] > 0
+    assert summary["samples_per_second"] > 0
     assert read_manifest(config.output_dir)["kind"] == "preference_model"
 
 
