@@ -34,6 +34,7 @@ def pytest_configure(config) -> None:
 SHARED_STATE = ("tests/feedback_app/", "tests/training/")
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) has no such hook
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
