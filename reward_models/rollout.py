@@ -214,11 +214,10 @@ def evaluate_success(
     )
     per_task = [episodes[i * samples : (i + 1) * samples] for i in range(len(tasks))]
     task_rates = [sum(e.success for e in group) / samples for group in per_task]
-    mean = sum(task_rates) / len(task_rates)
-    variance = sum((rate - mean) ** 2 for rate in task_rates) / max(len(task_rates) - 1, 1)
+    mean, stderr = mean_and_stderr(task_rates)
     return {
         "success_rate": mean,
-        "stderr": math.sqrt(variance / len(task_rates)),
+        "stderr": stderr,
         "pass_at_k": sum(any(e.success for e in group) for group in per_task) / len(tasks),
         "mean_length": sum(e.length for e in episodes) / len(episodes),
         "episodes": len(episodes),
@@ -232,10 +231,14 @@ def paired_difference(before: Sequence[float], after: Sequence[float]) -> tuple[
     the two success rates' own errors would suggest."""
     if len(before) != len(after) or not before:
         raise ValueError("paired_difference needs two equally long, non-empty lists")
-    differences = [b - a for a, b in zip(before, after, strict=True)]
-    mean = sum(differences) / len(differences)
-    variance = sum((d - mean) ** 2 for d in differences) / max(len(differences) - 1, 1)
-    return mean, math.sqrt(variance / len(differences))
+    return mean_and_stderr([b - a for a, b in zip(before, after, strict=True)])
+
+
+def mean_and_stderr(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of ``values`` and its standard error (sample standard deviation over the square root of n)."""
+    mean = sum(values) / len(values)
+    variance = sum((value - mean) ** 2 for value in values) / max(len(values) - 1, 1)
+    return mean, math.sqrt(variance / len(values))
 
 
 def _turn_seed(seed: int, turn: int) -> int:

@@ -165,6 +165,12 @@ def environment_factory(config: PolicyTrainConfig) -> Callable[[], Environment]:
     return partial(load_environment, config.environment, config.environment_config)
 
 
+def process_share(accelerator: Accelerator, batch: list[int]) -> list[int]:
+    """This process's share of `batch` under several processes (the gradients are averaged across them); all of it
+    with one process, or when the batch is smaller than the number of processes."""
+    return batch[accelerator.process_index :: accelerator.num_processes] or batch
+
+
 def shared_rollout(
     accelerator: Accelerator,
     env_factory: Callable[[], Environment],

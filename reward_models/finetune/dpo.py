@@ -81,6 +81,7 @@ from reward_models.finetune.common import (
     make_accelerator,
     out_of_time,
     pad_turns,
+    process_share,
     resume_loop_checkpoint,
     save_loop_checkpoint,
     save_trained_policy,
@@ -412,8 +413,7 @@ def _train_trajectories(config, model, tokenizer, pairs, steps, reporter, starte
     step = start
     while step < steps and not out_of_time(config, started):
         indices = _batch_indices(len(pairs), config.batch_size, step, config.seed)
-        # Under several processes each takes its share of the batch; the gradients are averaged across them.
-        indices = indices[accelerator.process_index :: accelerator.num_processes] or indices
+        indices = process_share(accelerator, indices)
         with accelerator.autocast():
             chosen, chosen_tokens, rejected = sequence_logprobs(
                 model, [pairs[i] for i in indices], pad_token_id, config.max_length

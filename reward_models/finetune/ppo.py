@@ -281,7 +281,6 @@ class PPORun:
 
     def rollouts(self, iteration: int) -> list[Episode]:
         """The iteration's episodes: fresh training tasks, sampled from the current policy."""
-
         config = self.config
         first = ROLLOUT_SEEDS + iteration * config.rollouts_per_step
         episodes = shared_rollout(

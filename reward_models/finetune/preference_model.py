@@ -343,7 +343,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     from accelerate import Accelerator
     from transformers import AutoModelForSequenceClassification
 
-    from reward_models.finetune.common import resume_loop_checkpoint, save_loop_checkpoint
+    from reward_models.finetune.common import process_share, resume_loop_checkpoint, save_loop_checkpoint
     from reward_models.reward import encode, fit_length, load_tokenizer
 
     reporter = reporter or SilentReporter()
@@ -407,8 +407,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
         order = list(range(len(train_rows)))
         random.Random(config.seed * 1_000_003 + epoch).shuffle(order)
         batch = [order[(offset + i) % len(order)] for i in range(min(config.batch_size, len(order)))]
-        # Under several processes each takes its share of the batch; the gradients are averaged across them.
-        batch = batch[accelerator.process_index :: accelerator.num_processes] or batch
+        batch = process_share(accelerator, batch)
         with accelerator.autocast():
             heads = _forward_heads(
                 model, [chosen_ids[i] for i in batch] + [rejected_ids[i] for i in batch], config.batch_size * 2
