@@ -230,15 +230,18 @@ def seed(args: argparse.Namespace, seed_key: str) -> None:
 
 def session_cookie() -> tuple[int, str]:
     """The bench project's id and a logged-in session for its researcher."""
+    from importlib import import_module
+
+    from django.conf import settings
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-    from django.contrib.sessions.backends.db import SessionStore
 
     from feedback_app.models import Project
 
     researcher = get_user_model().objects.get(username="bench-researcher")
-    session = SessionStore()
+    # As Django's test client logs in: the configured session engine and the first authentication backend.
+    session = import_module(settings.SESSION_ENGINE).SessionStore()
     session[SESSION_KEY] = str(researcher.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
     session[HASH_SESSION_KEY] = researcher.get_session_auth_hash()
     session.create()
     return Project.objects.get(slug=PROJECT_SLUG).pk, f"sessionid={session.session_key}"
