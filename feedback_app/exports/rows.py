@@ -11,9 +11,10 @@ Every generator yields `ExportRow(values, source, ids)`: `values` is the row as 
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.db.models import F, Model, Q, QuerySet
 
@@ -42,14 +43,39 @@ MARGIN_BY_STRENGTH = {1: 0.0, 2: 0.5, 3: 1.0}
 INTERVENTION_MARGIN = 1.0
 
 
-class ExportRow(NamedTuple):
-    values: dict[str, Any]
-    source: str  # "comparison", "step_label", "rating", "intervention", "critique" or "trajectory"
-    ids: list[int]
-    # A faster path for the JSONL writer: the leading columns already as JSON text (`"prompt":[...],...`, see
-    # Conversation.json) and the remaining columns as a dict; together they are exactly `values`.
-    json_head: str | None = None
-    tail: dict[str, Any] | None = None
+class ExportRow:
+    """One row: `values` is the row as written, `source`/`ids` the stored rows it was made from.
+
+    A faster path for the JSONL writer: a row may bring its leading columns already as JSON text (`json_head`, e.g.
+    `"prompt":[...],...`, see Conversation.json) and the remaining columns as a dict (`tail`), with `head`, a
+    function that gives the leading columns as values; `values` is then built only when something reads it (the
+    Parquet writer), and `{**head(), **tail}` is exactly the row that `json_head` and `tail` write."""
+
+    __slots__ = ("source", "ids", "json_head", "tail", "_values", "_head")
+
+    def __init__(
+        self,
+        values: dict[str, Any] | None,
+        source: str,  # "comparison", "step_label", "rating", "intervention", "critique" or "trajectory"
+        ids: list[int],
+        json_head: str | None = None,
+        tail: dict[str, Any] | None = None,
+        head: Callable[[], dict[str, Any]] | None = None,
+    ):
+        if (values is None) == (head is None):
+            raise ValueError("an ExportRow needs its values or a function that makes its head, not both")
+        self.source = source
+        self.ids = ids
+        self.json_head = json_head
+        self.tail = tail
+        self._values = values
+        self._head = head
+
+    @property
+    def values(self) -> dict[str, Any]:
+        if self._values is None:
+            self._values = {**self._head(), **(self.tail or {})}
+        return self._values
 
 
 def export_rows(project: Project, kind: ExportKind, filters: ExportFilters) -> Iterator[ExportRow]:
@@ -221,15 +247,19 @@ def preference_rows(project: Project, filters: ExportFilters) -> Iterator[Export
         if ties:
             tail["tie"] = verdict.value == "tie"
         if conversational:
-            prompt, chosen_part, rejected_part = chosen.turns(0, cut), chosen.turns(cut), rejected.turns(cut)
-            head = f'"prompt":{chosen.json(0, cut)},"chosen":{chosen.json(cut)},"rejected":{rejected.json(cut)}'
+            json_head = f'"prompt":{chosen.json(0, cut)},"chosen":{chosen.json(cut)},"rejected":{rejected.json(cut)}'
+            head = functools.partial(_conversational_head, chosen, rejected, cut)
+            yield ExportRow(None, "comparison", tail["label_ids"], json_head, tail, head)
         else:
             prompt, chosen_part, rejected_part = _styled(
                 filters.style, chosen.messages[:cut], chosen.messages[cut:], rejected.messages[cut:]
             )
-            head = None
-        values = {"prompt": prompt, "chosen": chosen_part, "rejected": rejected_part, **tail}
-        yield ExportRow(values, "comparison", tail["label_ids"], head, tail)
+            values = {"prompt": prompt, "chosen": chosen_part, "rejected": rejected_part, **tail}
+            yield ExportRow(values, "comparison", tail["label_ids"])
+
+
+def _conversational_head(chosen: Conversation, rejected: Conversation, cut: int) -> dict[str, list[Message]]:
+    return {"prompt": chosen.turns(0, cut), "chosen": chosen.turns(cut), "rejected": rejected.turns(cut)}
 
 
 # --- step_preference ---------------------------------------------------------------------------------------------
