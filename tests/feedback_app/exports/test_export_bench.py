@@ -1,0 +1,47 @@
+"""bench/export_bench.py end to end at a tiny size, so the benchmark cannot break unseen: it did once, when the
+server's session engine changed and the bench's login was refused with a 401 for three sessions."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "export_bench.py"
+DATABASE = "tandem_exports_bench_smoke"
+
+
+def test_the_export_bench_seeds_serves_and_measures_every_format_and_aggregation():
+    url = urlsplit(os.environ.get("DATABASE_URL", ""))
+    if not url.scheme.startswith("postgres"):
+        pytest.skip("the export bench seeds PostgreSQL (DATABASE_URL is not a PostgreSQL URL)")
+    server_url = f"{url.scheme}://{url.netloc}"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, str(BENCH), "--comparisons", "240", "--database", DATABASE, "--server-url", server_url]
+    command += ["--port", str(port), "--formats", "jsonl,parquet", "--aggregates", "majority,all"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        table = {
+            tuple(line.split()[:2]): int(line.split()[2])
+            for line in done.stdout.splitlines()
+            if line.split()[:1] in (["jsonl"], ["parquet"])
+        }
+        assert table.keys() == {("jsonl", "majority"), ("jsonl", "all"), ("parquet", "majority"), ("parquet", "all")}
+        # Two annotators per pair: `all` gives a row per label that picks a side, `majority` one per agreeing pair.
+        assert 0 < table[("jsonl", "majority")] < table[("jsonl", "all")] <= 240
+        assert table[("parquet", "majority")] == table[("jsonl", "majority")]
+        assert table[("parquet", "all")] == table[("jsonl", "all")]
+        assert "Worker peak RSS" in done.stdout
+    finally:
+        import psycopg
+
+        with psycopg.connect(f"{server_url}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
