@@ -59,7 +59,7 @@ class Conversation:
         message_json: list[str] | None = None,
     ):
         if (messages is None) == (message_json is None):
-            raise ValueError("a Conversation needs its messages or their JSON, not both")
+            raise ValueError("a Conversation is made from its messages or from their JSON: give exactly one")
         self.trajectory_id = trajectory_id
         self.task_id = task_id
         self.policy_version_id = policy_version_id
@@ -176,7 +176,7 @@ def fetch_conversations(trajectory_ids: Iterable[int], *, rewards: bool = False)
     conversations: dict[int, Conversation] = {}
     tool_only: list[int] = []
     with connection.cursor() as cursor:
-        cursor.execute(_encoded_sql(), {"ids": ids, "space": _PYTHON_WHITESPACE})
+        cursor.execute(_encoded_sql(), {"ids": ids, "space": _python_whitespace()})
         for trajectory_id, task_id, version_id, message_json, step_rewards, needs_python in cursor.fetchall():
             if needs_python:
                 tool_only.append(trajectory_id)
@@ -193,8 +193,11 @@ def fetch_conversations(trajectory_ids: Iterable[int], *, rewards: bool = False)
     return conversations
 
 
-# Every character `str.strip()` removes: `format_decision` strips the reasoning, and the SQL must strip the same.
-_PYTHON_WHITESPACE = "".join(character for character in map(chr, range(0x110000)) if character.isspace())
+@functools.cache
+def _python_whitespace() -> str:
+    """Every character `str.strip()` removes: `format_decision` strips the reasoning, and the SQL must strip the
+    same (found once per process: it takes a tenth of a second)."""
+    return "".join(character for character in map(chr, range(0x110000)) if character.isspace())
 
 
 @functools.cache

@@ -63,7 +63,9 @@ class ExportRow:
         head: Callable[[], dict[str, Any]] | None = None,
     ):
         if (values is None) == (head is None):
-            raise ValueError("an ExportRow needs its values or a function that makes its head, not both")
+            raise ValueError(
+                "an ExportRow is made from its values or from a function that makes its head: give exactly one"
+            )
         self.source = source
         self.ids = ids
         self.json_head = json_head

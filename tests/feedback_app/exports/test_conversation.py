@@ -108,5 +108,5 @@ def test_a_conversation_made_from_message_json_reads_as_one_made_from_messages()
     assert from_json(first).opens_like(from_json(other)) and from_json(first).opens_like(Conversation(9, 2, 3, other))
     assert not from_json(first).opens_like(from_json(elsewhere))
     assert not from_json(first).opens_like(from_json(first[:1]))  # no first observation to share
-    with pytest.raises(ValueError, match="messages or their JSON"):
+    with pytest.raises(ValueError, match="messages or from their JSON"):
         Conversation(1, 2, 3, first, message_json=[])
