@@ -112,3 +112,22 @@ def test_spliced_json_is_the_same_line_as_encoding_the_row(project, annotator, g
     assert row.json_head is not None
     assert jsonl_line(row) == json.dumps(row.values, ensure_ascii=False, separators=(",", ":"))
     assert json.loads(jsonl_line(row))["prompt"][0]["content"] == odd
+
+
+def test_the_reused_row_encoder_writes_what_a_fresh_json_encoder_writes():
+    import datetime as dt
+
+    from feedback_app.exports.stream import _encode
+
+    row = {
+        "text": 'quotes " and \\ and \n and é 漢字 😀 \u2028',
+        "numbers": [0, -1, 2**63, 0.1, 1e-300, 1e300, float("nan"), float("inf"), -float("inf")],
+        "flags": [True, False, None],
+        "nested": {"ids": [1, 2], "empty": {}, "list": []},
+        "at": dt.datetime(2026, 11, 26, 4, 5, 6, tzinfo=dt.UTC),
+    }
+    fresh = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=lambda value: value.isoformat())
+    assert _encode(row) == fresh.encode(row)
+    assert json.loads(_encode(row))["at"] == "2026-11-26T04:05:06+00:00"
+    with pytest.raises(TypeError, match="set is not JSON serialisable"):
+        _encode({"bad": {1}})
