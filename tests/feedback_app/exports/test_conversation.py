@@ -110,3 +110,9 @@ def test_a_conversation_made_from_message_json_reads_as_one_made_from_messages()
     assert not from_json(first).opens_like(from_json(first[:1]))  # no first observation to share
     with pytest.raises(ValueError, match="messages or from their JSON"):
         Conversation(1, 2, 3, first, message_json=[])
+
+
+def test_the_whitespace_the_sql_strips_is_what_str_strip_removes():
+    from feedback_app.exports.conversation import PYTHON_WHITESPACE
+
+    assert PYTHON_WHITESPACE == "".join(character for character in map(chr, range(0x110000)) if character.isspace())
