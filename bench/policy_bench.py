@@ -20,8 +20,9 @@ What the simulated annotators give (`reward_models.oracle_data`), all on the bas
 - step labels: the oracle's step correctness, flipped with probability `--epsilon`: the PRM (PPO).
 
 Held-out success is measured once for the base policy and once per trained policy, by the same
-`finetune.common.evaluate_policy` with the same seeds; the standard error is over tasks. Every trainer runs through
-its `main(config)` exactly as a Tandem run does, with its dataclass defaults unless `--settings` overrides them.
+`finetune.common.evaluate_policy` with the same seeds (sampled: `--eval_samples` episodes per task); the standard
+error is over tasks. Every trainer runs through its `main(config)` exactly as a Tandem run does, with its dataclass
+defaults unless `--settings` overrides them.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=600, help="Training tasks the base policy plays (2 each).")
     parser.add_argument("--epsilon", type=float, default=0.1, help="The simulated annotators' mistake rate.")
     parser.add_argument("--eval_tasks", type=int, default=200, help="Held-out tasks (the environment has 200).")
+    parser.add_argument(
+        "--eval_samples", type=int, default=4, help="Sampled episodes per held-out task (greedy: one, deterministic)."
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads.")
     parser.add_argument(
@@ -205,7 +209,9 @@ def run_method(
 def _eval_config(args: argparse.Namespace, policy_path: Path):
     from reward_models.finetune.common import PolicyTrainConfig
 
-    return PolicyTrainConfig(policy_path=str(policy_path), output_dir="unused", eval_tasks=args.eval_tasks)
+    return PolicyTrainConfig(
+        policy_path=str(policy_path), output_dir="unused", eval_tasks=args.eval_tasks, eval_samples=args.eval_samples
+    )
 
 
 def _headline(metrics: dict[str, Any]) -> str:

@@ -74,6 +74,9 @@ class PolicyTrainConfig:
     )
     eval_tasks: int = field(default=200, metadata={"help": "Held-out tasks for before/after success (0: skip)."})
     eval_temperature: float = field(default=1.0, metadata={"help": "Temperature of the sampled evaluation."})
+    eval_samples: int = field(
+        default=1, metadata={"help": "Sampled episodes per held-out task (more: a smaller standard error)."}
+    )
     eval_base: bool = field(
         default=True,
         metadata={"help": "Also evaluate the starting policy (off when its figures are known: a loop's last round)."},
@@ -89,6 +92,7 @@ class PolicyTrainConfig:
         require(self.precision in PRECISIONS, "precision", f"must be one of {', '.join(PRECISIONS)}")
         require(self.eval_tasks >= 0, "eval_tasks", "must be 0 (skip) or positive")
         require(self.eval_temperature > 0, "eval_temperature", "must be positive")
+        require(self.eval_samples > 0, "eval_samples", "must be positive")
         try:
             environment_factory(self)()
         except ValueError as exc:
@@ -209,10 +213,10 @@ def evaluate_policy(
     seed: int = 0,
     per_task: bool = False,
 ) -> dict[str, Any]:
-    """Greedy and sampled success on the first `config.eval_tasks` held-out tasks, each with its standard error
-    (`rollout.evaluate_success`); {} when `eval_tasks` is 0. With `per_task`, also each task's success
-    (`greedy_per_task`, `sampled_per_task`), for paired comparisons. Pass the unwrapped model
-    (`accelerator.unwrap_model`)."""
+    """Greedy and sampled success on the first `config.eval_tasks` held-out tasks (`config.eval_samples` sampled
+    episodes of each), each with its standard error over tasks (`rollout.evaluate_success`); {} when `eval_tasks`
+    is 0. With `per_task`, also each task's success (`greedy_per_task`, `sampled_per_task`), for paired comparisons.
+    Pass the unwrapped model (`accelerator.unwrap_model`)."""
     from reward_models.policy.local import LocalCausalLMPolicy
     from reward_models.rollout import evaluate_success
 
@@ -227,7 +231,13 @@ def evaluate_policy(
     try:
         greedy = evaluate_success(policy, factory, seeds, greedy=True, seed=seed)
         sampled = evaluate_success(
-            policy, factory, seeds, greedy=False, temperature=config.eval_temperature, seed=seed
+            policy,
+            factory,
+            seeds,
+            greedy=False,
+            samples=config.eval_samples,
+            temperature=config.eval_temperature,
+            seed=seed,
         )
     finally:
         tokenizer.padding_side = padding_side
