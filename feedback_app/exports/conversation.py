@@ -177,7 +177,7 @@ def fetch_conversations(trajectory_ids: Iterable[int], *, rewards: bool = False)
     tool_only: list[int] = []
     with connection.cursor() as cursor:
         cursor.execute(_encoded_sql(), {"ids": ids, "space": PYTHON_WHITESPACE})
-        for trajectory_id, task_id, version_id, message_json, step_rewards, needs_python in cursor.fetchall():
+        for trajectory_id, task_id, version_id, messages, step_rewards, needs_python in cursor.fetchall():
             if needs_python:
                 tool_only.append(trajectory_id)
                 continue
@@ -186,7 +186,7 @@ def fetch_conversations(trajectory_ids: Iterable[int], *, rewards: bool = False)
                 task_id,
                 version_id,
                 rewards=(step_rewards or []) if rewards else None,
-                message_json=message_json,
+                message_json=messages.split(MESSAGE_SEPARATOR),
             )
     if tool_only:
         conversations.update(_built_conversations(tool_only, rewards))
@@ -201,12 +201,18 @@ PYTHON_WHITESPACE = (
 )
 
 
+# Between the messages' JSON in the one text the query returns per trajectory: JSON escapes every control
+# character inside its strings, so this one never occurs in a message. (An array of texts came back escaped a second
+# time, and taking it apart cost the export's Python process more than the JSON saved.)
+MESSAGE_SEPARATOR = "\x1e"
+
+
 @functools.cache
 def _encoded_sql() -> str:
-    """Per trajectory: id, task, policy version, the JSON of each message as `Conversation.json` writes it
-    (PostgreSQL's `to_json` of a text escapes exactly what Python's `encode_basestring` escapes; a test holds both
-    to it), the steps' rewards, and whether a step acts only through tool calls. The assistant turn is
-    `format_decision`'s text."""
+    """Per trajectory: id, task, policy version, the JSON of each message as `Conversation.json` writes it, joined
+    by MESSAGE_SEPARATOR (PostgreSQL's `to_json` of a text escapes exactly what Python's `encode_basestring` escapes;
+    a test holds both to it), the steps' rewards, and whether a step acts only through tool calls. The assistant
+    turn is `format_decision`'s text."""
     quote = connection.ops.quote_name
     trajectory, task, step = (quote(model._meta.db_table) for model in (Trajectory, Task, Step))
 
@@ -219,12 +225,12 @@ def _encoded_sql() -> str:
     )
     return f"""
         SELECT t.id, t.task_id, t.policy_version_id,
-               ARRAY[{message("system", "k.instruction")}] || coalesce(m.messages, '{{}}'::text[]),
+               concat_ws(chr({ord(MESSAGE_SEPARATOR)}), {message("system", "k.instruction")}, m.messages),
                m.rewards, coalesce(m.tool_only, false)
         FROM {trajectory} t
         JOIN {task} k ON k.id = t.task_id
         LEFT JOIN LATERAL (
-            SELECT array_agg(p.part ORDER BY s.index, p.half) AS messages,
+            SELECT string_agg(p.part, chr({ord(MESSAGE_SEPARATOR)}) ORDER BY s.index, p.half) AS messages,
                    array_agg(s.env_reward ORDER BY s.index) FILTER (WHERE p.half = 0) AS rewards,
                    bool_or(s.action = '' AND s.tool_calls <> '[]'::jsonb) AS tool_only
             FROM {step} s
