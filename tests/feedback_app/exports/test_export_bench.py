@@ -39,7 +39,7 @@ def test_the_export_bench_seeds_serves_and_measures_every_format_and_aggregation
         assert 0 < table[("jsonl", "majority")] < table[("jsonl", "all")] <= 240
         assert table[("parquet", "majority")] == table[("jsonl", "majority")]
         assert table[("parquet", "all")] == table[("jsonl", "all")]
-        assert "Worker peak RSS" in done.stdout
+        assert "Worker peak RSS" in done.stdout and "10M-step Python loop takes" in done.stdout
     finally:
         import psycopg
 
