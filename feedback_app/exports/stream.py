@@ -67,7 +67,7 @@ def _json_default(value: Any) -> str:
 def _row_encoder() -> Callable[[Any], str]:
     """Compact UTF-8 JSON, as `json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode` writes it. Where
     CPython's C encoder is there, one instance of it serves every row: `JSONEncoder.encode` builds a new one per
-    call, which cost a preference export more than the encoding itself (6 against 10 microseconds a row)."""
+    call, which was 4 of the 10 microseconds a preference row's remaining columns took to encode."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
         return json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default).encode
