@@ -7,7 +7,7 @@ the end only, and at these settings PPO on the reward model and PRM did better).
 (`--out`).
 
     .venv/bin/python bench/policy_bench.py                           # everything: about 1.5 hours on 2 CPU cores
-    .venv/bin/python bench/policy_bench.py --methods dpo,nash_md,ppo,ppo_oracle   # 50 minutes with the bootstrap
+    .venv/bin/python bench/policy_bench.py --methods dpo,nash_md,ppo,ppo_oracle   # about 55 minutes
     .venv/bin/python bench/policy_bench.py --methods dpo,sft,kto     # the offline trainers only
     .venv/bin/python bench/policy_bench.py --policy var/policies/bootstrap --work_dir var/bench/policy
 
