@@ -153,10 +153,22 @@ def test_evaluate_policy_reports_greedy_and_sampled_success_on_held_out_tasks(po
     assert loaded.tokenizer.padding_side == "right"  # restored after generation padded on the left
 
 
-def test_several_sampled_episodes_per_held_out_task_give_fractional_task_rates(policy_dir, tmp_path):
+def test_several_sampled_episodes_per_held_out_task_give_fractional_task_rates(policy_dir, tmp_path, monkeypatch):
+    from reward_models import rollout
+
+    episodes = {}
+    evaluate_success = rollout.evaluate_success
+
+    def counting(*args, greedy, **kwargs):
+        figures = evaluate_success(*args, greedy=greedy, **kwargs)
+        episodes["greedy" if greedy else "sampled"] = figures["episodes"]
+        return figures
+
+    monkeypatch.setattr(rollout, "evaluate_success", counting)
     config = PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_tasks=5, eval_samples=3)
     loaded = load_policy_model(policy_dir)
     result = evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, config, seed=2, per_task=True)
+    assert episodes == {"greedy": 5, "sampled": 15}
     assert len(result["sampled_per_task"]) == len(result["greedy_per_task"]) == 5
     assert all(rate in (0.0, 1 / 3, 2 / 3, 1.0) for rate in result["sampled_per_task"])
     assert all(rate in (0.0, 1.0) for rate in result["greedy_per_task"])  # greedy is one deterministic episode
