@@ -176,7 +176,7 @@ def fetch_conversations(trajectory_ids: Iterable[int], *, rewards: bool = False)
     conversations: dict[int, Conversation] = {}
     tool_only: list[int] = []
     with connection.cursor() as cursor:
-        cursor.execute(_encoded_sql(), {"ids": ids, "space": PYTHON_WHITESPACE})
+        cursor.execute(_encoded_sql(rewards), {"ids": ids, "space": PYTHON_WHITESPACE})
         for trajectory_id, task_id, version_id, messages, step_rewards, needs_python in cursor.fetchall():
             if needs_python:
                 tool_only.append(trajectory_id)
@@ -208,11 +208,11 @@ MESSAGE_SEPARATOR = "\x1e"
 
 
 @functools.cache
-def _encoded_sql() -> str:
+def _encoded_sql(rewards: bool) -> str:
     """Per trajectory: id, task, policy version, the JSON of each message as `Conversation.json` writes it, joined
     by MESSAGE_SEPARATOR (PostgreSQL's `to_json` of a text escapes exactly what Python's `encode_basestring` escapes;
-    a test holds both to it), the steps' rewards, and whether a step acts only through tool calls. The assistant
-    turn is `format_decision`'s text."""
+    a test holds both to it), the steps' rewards (NULL unless `rewards`), and whether a step acts only through tool
+    calls. The assistant turn is `format_decision`'s text."""
     quote = connection.ops.quote_name
     trajectory, task, step = (quote(model._meta.db_table) for model in (Trajectory, Task, Step))
 
@@ -223,6 +223,7 @@ def _encoded_sql() -> str:
     decision = (
         f"CASE WHEN {reasoning} = '' THEN 'action ' || s.action ELSE {reasoning} || ' ; action ' || s.action END"
     )
+    step_rewards = "array_agg(s.env_reward ORDER BY s.index) FILTER (WHERE p.half = 0)" if rewards else "NULL"
     return f"""
         SELECT t.id, t.task_id, t.policy_version_id,
                concat_ws(chr({ord(MESSAGE_SEPARATOR)}), {message("system", "k.instruction")}, m.messages),
@@ -231,7 +232,7 @@ def _encoded_sql() -> str:
         JOIN {task} k ON k.id = t.task_id
         LEFT JOIN LATERAL (
             SELECT string_agg(p.part, chr({ord(MESSAGE_SEPARATOR)}) ORDER BY s.index, p.half) AS messages,
-                   array_agg(s.env_reward ORDER BY s.index) FILTER (WHERE p.half = 0) AS rewards,
+                   {step_rewards} AS rewards,
                    bool_or(s.action = '' AND s.tool_calls <> '[]'::jsonb) AS tool_only
             FROM {step} s
             CROSS JOIN LATERAL (
