@@ -200,12 +200,14 @@ def parse_cli(cls: type[C], argv: Sequence[str] | None = None, description: str 
         default = _default(config_field)
         allowed = _allowed_types(hints[config_field.name])
         help_text = config_field.metadata.get("help", "")
+        if default is not dataclasses.MISSING:
+            help_text = f"{help_text} (default: {default})"
         parser.add_argument(
             f"--{config_field.name}",
             type=_cli_parser(config_field.name, allowed),
             default=argparse.SUPPRESS,
             required=default is dataclasses.MISSING,
-            help=f"{help_text} (default: {default})" if default is not dataclasses.MISSING else help_text,
+            help=help_text.replace("%", "%%"),  # argparse %-formats help: "30 % slower" printed its own state
         )
     namespace = vars(parser.parse_args(argv))
     try:

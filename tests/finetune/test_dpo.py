@@ -4,7 +4,6 @@ pairs through our own loop, per-action balancing, the observation mask, resume a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +38,7 @@ from reward_models.policy.turns import (
     render_prompt,
     turn_messages,
 )
-from tests.launch import torchrun
+from tests.launch import launch_env, torchrun
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
@@ -306,7 +305,7 @@ def test_a_bad_setting_is_refused_naming_its_field(values, field, tiny_policy_di
 
 
 def test_the_command_line_shows_help_and_trains_across_two_processes(tiny_policy_dir, step_rows_path, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env = launch_env()
     command = [sys.executable, "-m", "reward_models.finetune.dpo"]
     shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
     assert "--level" in shown.stdout and "--sft_weight" in shown.stdout and "--balance" in shown.stdout

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from reward_models.oracle_data import build_tiny_base, preference_rows, scripted
 from reward_models.policy.turns import transcript
 from reward_models.rollout import Episode, Step
 from reward_models.value import load_value_critic
-from tests.launch import torchrun
+from tests.launch import launch_env, torchrun
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 # A 4x4 grid with a 6-step limit keeps episodes, and the critic's transcripts, short.
@@ -320,7 +319,7 @@ def test_a_bad_setting_is_refused_naming_its_field(values, field, tiny_policy_di
 
 
 def test_the_command_line_shows_help_and_trains_on_the_oracle_reward_across_two_processes(tiny_policy_dir, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env = launch_env()
     command = [sys.executable, "-m", "reward_models.finetune.ppo"]
     shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
     assert "--reward_model_path" in shown.stdout and "--kl_beta" in shown.stdout and "--prm_weight" in shown.stdout

@@ -24,7 +24,7 @@ from reward_models.finetune.preference_model import (
     pair_scores,
 )
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
-from tests.launch import torchrun
+from tests.launch import launch_env, torchrun
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
@@ -182,7 +182,7 @@ def test_the_command_line_trains_across_two_processes(data_path, rows, tiny_base
     flags = {**FAST, "data_path": data_path, "base_model": tiny_base_model, "output_dir": tmp_path / "run"}
     flags.update(max_steps=4, logging_steps=2)
     arguments = [part for name, value in flags.items() for part in (f"--{name}", str(value))]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env = launch_env()
     done = subprocess.run(
         [*torchrun("reward_models.finetune.preference_model"), *arguments],
         capture_output=True,

@@ -106,4 +106,5 @@ def test_command_line_arguments_build_the_config(capsys):
     assert (config.seed, config.noise, config.output_dir) == (3, 0.2, "out")
     with pytest.raises(SystemExit):
         parse_args(["--help"])
-    assert "--max_train_steps" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "--max_train_steps" in shown and "10.5 % greedy" in " ".join(shown.split())

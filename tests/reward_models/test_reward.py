@@ -300,6 +300,8 @@ def test_the_command_line_shows_help_and_trains_on_text_rows(tiny_base_model, tm
     command = [sys.executable, "-m", "reward_models.reward"]
     shown = subprocess.run([*command, "--help"], capture_output=True, text=True, env=env, check=True)
     assert "--ensemble_mode" in shown.stdout and "--ties" in shown.stdout
+    # argparse %-formats help texts: an unescaped "30 % slower" printed the parser's own state in its place.
+    assert "~30 % slower" in " ".join(shown.stdout.split()) and "option_strings" not in shown.stdout
 
     episodes = scripted_episodes(6, per_task=3, seed=4, env_config=SMALL_GRID)
     data = write_jsonl(preference_rows(episodes, style="text"), tmp_path / "text.jsonl")
