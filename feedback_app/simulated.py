@@ -226,6 +226,10 @@ class ApiClient:
         self.timeout = timeout
         self.retries = retries
 
+    def url(self, path: str) -> str:
+        """`path` under the base URL; an absolute URL (a page's `next` link) as it is."""
+        return path if path.startswith(("http://", "https://")) else self.base_url + path
+
     def get(self, path: str) -> Any:
         return self.request("GET", path)[1]
 
@@ -241,7 +245,7 @@ class ApiClient:
         if data is not None:
             headers["Content-Type"] = "application/json"
         for attempt in range(self.retries + 1):
-            request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
+            request = urllib.request.Request(self.url(path), data=data, method=method, headers=headers)
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     raw = response.read()

@@ -207,6 +207,14 @@ def test_a_simulated_annotator_labels_the_queue_over_http_at_its_mistake_rate(
     low, high = _binomial_bounds(n, 0.75)
     assert low <= agreed <= high, (agreed, n)
     assert {label.displayed_order for label in labels} == {"ab", "ba"}
+    # The client follows the API's absolute `next` links (bench/loop.py once joined one to its base URL and failed
+    # on the first listing longer than a page).
+    client, seen, path = ApiClient(live_server.url, key), [], f"/api/projects/{project.pk}/comparisons/?page_size=2"
+    while path:
+        page = client.get(path)
+        seen += [label["id"] for label in page["results"]]
+        path = page["next"]
+    assert sorted(seen) == sorted(label.pk for label in labels) and n > 2
 
 
 def test_a_simulated_annotator_labels_steps_critiques_and_intervenes_on_a_step_item(
