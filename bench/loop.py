@@ -23,7 +23,8 @@ Per round, for the random and the active case alike:
 2. the crowd labels the queue empty through the API;
 3. a reward-model ensemble (`--ensemble` members) and a PRM train on snapshots of every label so far;
 4. the policy trains from its current version: PPO on RM + PRM (`--method ppo`), step DPO on the interventions'
-   corrections (`dpo`), or Nash-MD on the reward model's preferences (`nash_md`);
+   corrections (`dpo`), whole-trajectory DPO on the comparisons themselves (`dpo_trajectory`; its SFT term
+   imitates the preferred trajectory), or Nash-MD on the reward model's preferences (`nash_md`);
 5. its held-out success (greedy and sampled, `--eval_tasks` of the environment's 200) is read from the run.
 Each round's reward model is also scored, outside the loop, on one fixed set of oracle-ordered pairs (the base
 policy's two rollouts of `--test_tasks` tasks no round plays): how often it ranks the oracle's better trajectory
@@ -57,7 +58,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 CASES = ("random", "active", "oracle")
-METHODS = ("ppo", "dpo", "nash_md")
+METHODS = ("ppo", "dpo", "dpo_trajectory", "nash_md")
 # The crowd: B-Pref scripted teachers of differing rationality and mistake rates (Lee et al., 2021).
 DEFAULT_CROWD = [
     {"name": "careful", "beta": 50.0, "epsilon": 0.05},
@@ -257,6 +258,8 @@ class Point:
     seconds: float
     strategies: dict[str, int] = field(default_factory=dict)
     judges: dict[str, Any] = field(default_factory=dict)
+    # Gains over the base policy, paired over the same held-out tasks: {"sampled": [gain, standard error], ...}.
+    gains: dict[str, list[float]] = field(default_factory=dict)
 
 
 class Loop:
@@ -376,6 +379,9 @@ class Loop:
                 body["judges"] = {"reward_model_path": judges["reward_model"], "prm_path": judges["prm"]}
         elif method == "dpo":
             body["snapshot"] = self.snapshot(project, "step_preference", f"step-preferences-r{round_}")
+        elif method == "dpo_trajectory":  # a preference snapshot makes the DPO run trajectory-level
+            body["kind"] = "dpo"
+            body["snapshot"] = self.snapshot(project, "preference", f"policy-preferences-r{round_}")
         else:  # Nash-MD against the reward model's P(a > b)
             config.update(iterations, batch_size=self.args.episodes)
             body["judges"] = {"preference_model_path": judges["reward_model"]}
@@ -397,6 +403,8 @@ class Loop:
     # A case
 
     def run_case(self, case: str) -> tuple[dict[str, Any], list[Point]]:
+        from reward_models.rollout import paired_difference
+
         info = self.setup["projects"][case]
         project, policy = info["id"], info["policy"]
         if case in STRATEGY:
@@ -421,6 +429,11 @@ class Loop:
             base = base or metrics.get("base") or {}
             final = metrics.get("final") or {}
             policy = summary["policy_version"]
+            gains = {
+                decoding: list(paired_difference(base[key], final[key]))
+                for decoding in ("greedy", "sampled")
+                if (key := f"{decoding}_per_task") in base and len(base[key]) == len(final.get(key) or ())
+            }
             points.append(
                 Point(
                     round=round_ + 1,
@@ -434,6 +447,7 @@ class Loop:
                     seconds=time.monotonic() - started,
                     strategies=self.strategies(project) if case != "oracle" else {},
                     judges=judges or {},
+                    gains=gains,
                 )
             )
             print(f"    -> {describe(points[-1])}", flush=True)
@@ -474,9 +488,12 @@ def oracle_accuracy(model_dir: str, pairs: list[tuple[Any, Any]]) -> float:
 def describe(point: Point) -> str:
     accuracy = point.judges.get("rm_oracle_accuracy")
     judged = f"reward model agrees with the oracle on {accuracy:.1%} of test pairs; " if accuracy is not None else ""
+    gains = "".join(
+        f", {decoding} gain {gain:+.1%} ± {stderr:.1%}" for decoding, (gain, stderr) in point.gains.items()
+    )
     return (
         f"{point.comparisons} comparisons, {point.step_items} step labels: {judged}greedy {point.greedy:.1%} "
-        f"± {point.greedy_stderr:.1%}, sampled {point.sampled:.1%} ± {point.sampled_stderr:.1%} "
+        f"± {point.greedy_stderr:.1%}, sampled {point.sampled:.1%} ± {point.sampled_stderr:.1%}{gains} "
         f"({point.seconds:.0f} s)"
     )
 
@@ -486,6 +503,11 @@ def describe(point: Point) -> str:
 
 def gain(points: list[Point], base: dict[str, Any], decoding: str) -> float:
     return getattr(points[-1], decoding) - base.get(f"{decoding}_success", float("nan"))
+
+
+def gain_stderr(points: list[Point], decoding: str) -> float:
+    """The last round's gain's paired standard error (nan when the runs did not keep each task's success)."""
+    return points[-1].gains.get(decoding, [float("nan"), float("nan")])[1]
 
 
 def labels_to_reach(points: list[Point], base: dict[str, Any], decoding: str, target: float) -> int | None:
@@ -518,11 +540,15 @@ def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argpars
     if "oracle" in results:
         for decoding in ("sampled", "greedy"):
             oracle_gain = gain(results["oracle"][1], base, decoding)
-            verdict[decoding] = {"oracle_gain": oracle_gain}
+            verdict[decoding] = {
+                "oracle_gain": oracle_gain,
+                "oracle_gain_stderr": gain_stderr(results["oracle"][1], decoding),
+            }
             for case in ("random", "active"):
                 if case in results:
                     case_gain = gain(results[case][1], base, decoding)
                     verdict[decoding][f"{case}_gain"] = case_gain
+                    verdict[decoding][f"{case}_gain_stderr"] = gain_stderr(results[case][1], decoding)
                     verdict[decoding][f"{case}_fraction_of_oracle"] = (
                         case_gain / oracle_gain if oracle_gain > 0 else None
                     )
@@ -533,12 +559,14 @@ def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argpars
                 }
         print()
         for decoding, figures in verdict.items():
-            parts = [f"oracle gain {figures['oracle_gain']:+.1%}"]
+            parts = [f"oracle gain {figures['oracle_gain']:+.1%} ± {figures['oracle_gain_stderr']:.1%}"]
             for case in ("random", "active"):
                 if f"{case}_gain" in figures:
                     fraction = figures[f"{case}_fraction_of_oracle"]
                     share = f"{fraction:.0%} of the oracle's" if fraction is not None else "oracle gained nothing"
-                    parts.append(f"{case} {figures[f'{case}_gain']:+.1%} ({share})")
+                    parts.append(
+                        f"{case} {figures[f'{case}_gain']:+.1%} ± {figures[f'{case}_gain_stderr']:.1%} ({share})"
+                    )
             if "labels_for_random_gain" in figures and figures.get("random_gain", 0) <= 0:
                 parts.append("random queries gained nothing, so there is no gain to match")
             elif "labels_for_random_gain" in figures:

@@ -268,9 +268,11 @@ def evaluate_base(
     tokenizer: PreTrainedTokenizerBase,
     settings: dict[str, Any],
     config: PolicyTrainConfig,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """`evaluate_policy` for the starting policy, or {} when `config.eval_base` is off."""
-    return evaluate_policy(model, tokenizer, settings, config, seed=config.seed) if config.eval_base else {}
+    if not config.eval_base:
+        return {}
+    return evaluate_policy(model, tokenizer, settings, config, seed=config.seed, per_task=True)
 
 
 # --- turns, padding and log-probabilities ------------------------------------------------------------------------
@@ -468,13 +470,21 @@ def save_trained_policy(
 
 
 def success_gain(metrics: dict[str, Any]) -> dict[str, float]:
-    """`final` minus `base` success, greedy and sampled, when both evaluations ran."""
+    """`final` minus `base` success, greedy and sampled, when both evaluations ran; with each task's success in both
+    (the same held-out tasks), also the gain's paired standard error (`greedy_gain_stderr`, ...)."""
+    from reward_models.rollout import paired_difference
+
     base, final = metrics.get("base") or {}, metrics.get("final") or {}
-    return {
-        f"{mode}_gain": final[f"{mode}_success"] - base[f"{mode}_success"]
-        for mode in ("greedy", "sampled")
-        if f"{mode}_success" in base and f"{mode}_success" in final and math.isfinite(final[f"{mode}_success"])
-    }
+    gains: dict[str, float] = {}
+    for mode in ("greedy", "sampled"):
+        key = f"{mode}_success"
+        if key not in base or key not in final or not math.isfinite(final[key]):
+            continue
+        gains[f"{mode}_gain"] = final[key] - base[key]
+        before, after = base.get(f"{mode}_per_task"), final.get(f"{mode}_per_task")
+        if before and after and len(before) == len(after):
+            gains[f"{mode}_gain_stderr"] = paired_difference(before, after)[1]
+    return gains
 
 
 def trainer_time_limit(config: PolicyTrainConfig, started: float):
@@ -521,7 +531,7 @@ def final_metrics(
     """The summary's `metrics`: the starting policy's held-out success (`base`), the trained one's (`final`), the
     gains, and the trainer's own `training` figures."""
     metrics: dict[str, Any] = {"base": base, "training": training}
-    metrics["final"] = evaluate_policy(model, tokenizer, settings, config, seed=config.seed)
+    metrics["final"] = evaluate_policy(model, tokenizer, settings, config, seed=config.seed, per_task=True)
     metrics.update(success_gain(metrics))
     return metrics
 

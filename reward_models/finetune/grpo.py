@@ -342,7 +342,7 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
         model = model.merge_and_unload()
     reporter.log("evaluating the trained policy")
     final = {
-        **evaluate_policy(model, tokenizer, settings, config, seed=config.seed),
+        **evaluate_policy(model, tokenizer, settings, config, seed=config.seed, per_task=True),
         **first_step_accuracy(model, tokenizer, settings, config, seed=config.seed),
     }
     metrics: dict[str, Any] = {"base": base, "final": final}

@@ -416,7 +416,7 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
     if hasattr(trained, "merge_and_unload"):
         trained = trained.merge_and_unload()
     reporter.log("evaluating the trained policy")
-    final = evaluate_policy(trained, tokenizer, settings, config, seed=config.seed)
+    final = evaluate_policy(trained, tokenizer, settings, config, seed=config.seed, per_task=True)
     metrics: dict[str, Any] = {"base": base, "final": final}
     metrics.update(success_gain(metrics))
     if history:

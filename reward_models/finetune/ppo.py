@@ -691,7 +691,9 @@ def _finish(run: PPORun, iteration: int, train_seconds: float, resumed: Path | N
         _load_trainable(run.policy, checkpoint_dir(config.output_dir) / best["file"])
         selected = best["iteration"]
         run.reporter.log(f"keeping the policy of iteration {selected}, the best on the selection tasks")
-    metrics["final"] = evaluate_policy(run.policy, run.tokenizer, run.settings, config, seed=config.seed)
+    metrics["final"] = evaluate_policy(
+        run.policy, run.tokenizer, run.settings, config, seed=config.seed, per_task=True
+    )
     metrics["selected_iteration"] = selected
     metrics.update(success_gain(metrics))
     if metrics["final"]:

@@ -23,6 +23,7 @@ from reward_models.finetune.common import (
     pad_turns,
     resume_loop_checkpoint,
     save_loop_checkpoint,
+    success_gain,
     token_logprobs,
     train_seeds_tasks,
     trainer_time_limit,
@@ -174,6 +175,17 @@ def test_several_sampled_episodes_per_held_out_task_give_fractional_task_rates(p
     assert all(rate in (0.0, 1.0) for rate in result["greedy_per_task"])  # greedy is one deterministic episode
     with pytest.raises(ConfigError, match="^eval_samples: must be positive"):
         PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_samples=0)
+
+
+def test_the_gain_has_a_paired_standard_error_when_both_evaluations_kept_each_tasks_success():
+    base = {"greedy_success": 0.5, "greedy_per_task": [0, 1, 0, 1], "sampled_success": 0.25}
+    final = {"greedy_success": 0.75, "greedy_per_task": [1, 1, 0, 1], "sampled_success": 0.5}
+    gains = success_gain({"base": base, "final": final})
+    # The differences are [1, 0, 0, 0]: mean 0.25, sample variance 0.25, standard error sqrt(0.25 / 4).
+    assert gains == pytest.approx({"greedy_gain": 0.25, "greedy_gain_stderr": 0.25, "sampled_gain": 0.25})
+    final["greedy_per_task"] = [1, 1, 0]  # other tasks: no pairing, no error
+    assert "greedy_gain_stderr" not in success_gain({"base": base, "final": final})
+    assert success_gain({"base": {}, "final": final}) == {}
 
 
 def test_training_tasks_never_include_held_out_ones(tmp_path, policy_dir):

@@ -196,6 +196,13 @@ def test_step_level_dpo_raises_the_chosen_steps_over_the_rejected_ones(tiny_poli
     assert balance_by_action(pairs, 0) == []
     assert set(summary["metrics"]["base"]) >= {"greedy_success", "greedy_stderr", "sampled_success", "sampled_stderr"}
     assert summary["metrics"]["final"]["tasks"] == 4
+    # Each task's success is kept, so the gains carry their paired standard errors.
+    assert (
+        len(summary["metrics"]["base"]["sampled_per_task"])
+        == len(summary["metrics"]["final"]["sampled_per_task"])
+        == 4
+    )
+    assert summary["metrics"]["sampled_gain_stderr"] >= 0 and summary["metrics"]["greedy_gain_stderr"] >= 0
     manifest = json.loads((tmp_path / "run" / "tandem_artifact.json").read_text())
     assert manifest["kind"] == "dpo_policy" and manifest["summary"] == json.loads(json.dumps(summary))
     assert not (tmp_path / "run" / "checkpoints").exists()
