@@ -266,8 +266,9 @@ class Point:
     seconds: float
     strategies: dict[str, int] = field(default_factory=dict)
     judges: dict[str, Any] = field(default_factory=dict)
-    # Gains over the base policy, paired over the same held-out tasks: {"sampled": [gain, standard error], ...}.
-    gains: dict[str, list[float]] = field(default_factory=dict)
+    # Gains over the base policy, paired over the same held-out tasks (`success_gain`: sampled_gain,
+    # sampled_gain_stderr, ...).
+    gains: dict[str, float] = field(default_factory=dict)
 
 
 class Loop:
@@ -420,7 +421,7 @@ class Loop:
     # A case
 
     def run_case(self, case: str) -> tuple[dict[str, Any], list[Point]]:
-        from reward_models.rollout import paired_difference
+        from reward_models.finetune.common import success_gain
 
         info = self.setup["projects"][case]
         project, policy = info["id"], info["policy"]
@@ -446,11 +447,6 @@ class Loop:
             base = base or metrics.get("base") or {}
             final = metrics.get("final") or {}
             policy = summary["policy_version"]
-            gains = {
-                decoding: list(paired_difference(base[key], final[key]))
-                for decoding in ("greedy", "sampled")
-                if (key := f"{decoding}_per_task") in base and len(base[key]) == len(final.get(key) or ())
-            }
             points.append(
                 Point(
                     round=round_ + 1,
@@ -464,7 +460,7 @@ class Loop:
                     seconds=time.monotonic() - started,
                     strategies=self.strategies(project) if case != "oracle" else {},
                     judges=judges or {},
-                    gains=gains,
+                    gains=success_gain({"base": base, "final": final}),
                 )
             )
             print(f"    -> {describe(points[-1])}", flush=True)
@@ -506,7 +502,9 @@ def describe(point: Point) -> str:
     accuracy = point.judges.get("rm_oracle_accuracy")
     judged = f"reward model agrees with the oracle on {accuracy:.1%} of test pairs; " if accuracy is not None else ""
     gains = "".join(
-        f", {decoding} gain {gain:+.1%} ± {stderr:.1%}" for decoding, (gain, stderr) in point.gains.items()
+        f", {decoding} gain {point.gains[f'{decoding}_gain']:+.1%} ± {point.gains[f'{decoding}_gain_stderr']:.1%}"
+        for decoding in ("greedy", "sampled")
+        if f"{decoding}_gain_stderr" in point.gains
     )
     return (
         f"{point.comparisons} comparisons, {point.step_items} step labels: {judged}greedy {point.greedy:.1%} "
@@ -524,7 +522,7 @@ def gain(points: list[Point], base: dict[str, Any], decoding: str) -> float:
 
 def gain_stderr(points: list[Point], decoding: str) -> float:
     """The last round's gain's paired standard error (nan when the runs did not keep each task's success)."""
-    return points[-1].gains.get(decoding, [float("nan"), float("nan")])[1]
+    return points[-1].gains.get(f"{decoding}_gain_stderr", float("nan"))
 
 
 def labels_to_reach(points: list[Point], base: dict[str, Any], decoding: str, target: float) -> int | None:
