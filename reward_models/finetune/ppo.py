@@ -9,8 +9,9 @@ One iteration:
 2. Encode every turn as the policy saw and wrote it (`common.episode_encodings`: the prompt and the generated token
    ids), and take each completion token's log-probability under the policy (old) and the reference.
 3. Per-turn rewards (`ppo_rewards`): the reward model's normalised score on the last turn and ``prm_weight * (P(good)
-   - 0.5)`` on each turn (or, with ``reward_source="oracle"``, the environment's own rewards: the upper bound), minus
-   ``kl_beta`` times the turn's KL to the reference. With ``kl_target`` the coefficient adapts (Ziegler et al. 2019).
+   - 0.5)`` on each turn, only where negative (``prm_shaping``: a charge for bad steps, no pay for length), or, with
+   ``reward_source="oracle"``, the environment's own rewards (the upper bound); minus ``kl_beta`` times the turn's
+   KL to the reference. With ``kl_target`` the coefficient adapts (Ziegler et al. 2019).
 4. Values V(s_t) before each turn from the critic, GAE over the episode's turns (``gamma``, ``lam``), advantages
    whitened over the batch.
 5. ``ppo_epochs`` passes over the turns in shuffled minibatches of ``batch_size`` turns: the clipped surrogate with a
@@ -85,6 +86,7 @@ from reward_models.finetune.common import (
     train_seeds_tasks,
 )
 from reward_models.finetune.ppo_rewards import (
+    PRM_SHAPINGS,
     REWARD_LAYOUTS,
     CriticWindow,
     JudgeRewards,
@@ -143,7 +145,15 @@ class PPOConfig(PolicyTrainConfig):
         },
     )
     prm_path: str = field(default="", metadata={"help": "A process reward model directory (optional)."})
-    prm_weight: float = field(default=0.5, metadata={"help": "Weight of the PRM's P(good) - 0.5 on each turn."})
+    prm_weight: float = field(default=0.5, metadata={"help": "Weight of the PRM's shaping on each turn."})
+    prm_shaping: str = field(
+        default="penalty",
+        metadata={
+            "help": "penalty: min(P(good) - 0.5, 0), a charge for bad steps only (no reward for length); signed: "
+            "P(good) - 0.5 (a PRM that finds most steps good pays for longer episodes); centred: P(good) minus its "
+            "running mean."
+        },
+    )
     normalize_reward: bool = field(
         default=True, metadata={"help": "Scale reward-model scores by their running mean and standard deviation."}
     )
@@ -206,6 +216,11 @@ class PPOConfig(PolicyTrainConfig):
             path = getattr(self, name)
             require(not path or Path(path).is_dir(), name, f"no such directory: {path}")
         require(self.prm_weight >= 0, "prm_weight", "must be 0 or positive")
+        require(
+            self.prm_shaping in PRM_SHAPINGS,
+            "prm_shaping",
+            f"must be one of {', '.join(PRM_SHAPINGS)}, not {self.prm_shaping!r}",
+        )
         require(self.kl_beta >= 0, "kl_beta", "must be 0 or positive")
         require(self.kl_target >= 0, "kl_target", "must be 0 (fixed kl_beta) or positive")
         require(self.kl_horizon > 0, "kl_horizon", "must be positive")
@@ -486,6 +501,7 @@ class PPORun:
         self.state["train_seconds"] = time.monotonic() - started
         if self.judges is not None:
             self.state["moments"] = self.judges.moments.state()
+            self.state["prm_moments"] = self.judges.prm_moments.state()
         save_loop_checkpoint(self.accelerator, self.config, iteration, self.state)
         if self.accelerator.is_main_process:
             _remove_unreferenced_best(self.config, self.state)
@@ -611,6 +627,7 @@ def setup_run(config: PPOConfig, reporter: Reporter) -> PPORun:
             layout=config.reward_layout,
             normalise=config.normalize_reward,
             device=accelerator.device,
+            prm_shaping=config.prm_shaping,
         )
     return PPORun(
         config,
@@ -644,6 +661,7 @@ def main(config: PPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         run.state = state
         if judges is not None:
             judges.moments = RunningMoments(**state["moments"])
+            judges.prm_moments = RunningMoments(**state.get("prm_moments", {}))
     else:
         run.state = {"kl_beta": config.kl_beta, "train_seconds": 0.0, "selection": [], "best": None, "episodes": 0}
         run.state["base"] = evaluate_base(run.policy, run.tokenizer, run.settings, config)

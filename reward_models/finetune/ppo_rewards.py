@@ -6,9 +6,19 @@ Per-turn rewards. An episode of ``T`` turns gets ``r_0 .. r_{T-1}``:
 - ``reward_source="model"``: the reward model's score of the whole trajectory, read as the reward model was trained
   on it (the `preference` export's conversational layout: the prompt is the instruction and the first observation,
   the completion every decision and observation after it, ending at the last decision), normalised by the running
-  mean and standard deviation of the scores seen so far, on the last turn; plus, with a PRM, ``prm_weight * (P(good)
-  - 0.5)`` on every turn (the PRM reads the `stepwise` layout, one piece per step, as in training; the same shaping
-  `reward_models.value` uses for unrewarded trajectories).
+  mean and standard deviation of the scores seen so far, on the last turn; plus, with a PRM, a shaping term on every
+  turn from the PRM's P(good) (the PRM reads the `stepwise` layout, one piece per step, as in training).
+  ``prm_shaping`` picks it:
+
+  - ``"penalty"`` (the default): ``prm_weight * min(P(good) - 0.5, 0)``, a charge for each step the PRM finds bad and
+    nothing for a good one: the "clip" mechanism of Gao et al. 2024 (On Designing Effective RL Reward at Training
+    Time for LLM Reasoning). No number of extra steps can earn reward, so the policy cannot profit from length.
+  - ``"signed"``: ``prm_weight * (P(good) - 0.5)``, the same shaping `reward_models.value` uses for unrewarded
+    trajectories. A PRM that finds most steps good pays for every extra turn, which outweighs the reward model's
+    one score per episode: in the loop bench a PRM from eight step-labelled trajectories called every step good,
+    and PPO on it lengthened the episodes (10.4 to 12.7 turns) and lost success (62 to 31 % of its rollouts).
+  - ``"centred"``: ``prm_weight * (P(good) - m)``, ``m`` the running mean of P(good) over every step scored so far:
+    about zero over an average trajectory whatever its length.
 - ``reward_source="oracle"``: the environment's own per-step rewards (the gridworld: 1 on reaching the goal), the
   upper bound that a perfect judge would give.
 - Either way, minus ``kl_beta`` times the turn's KL estimate to the reference policy, ``sum over its tokens of
@@ -39,6 +49,7 @@ if TYPE_CHECKING:
     from reward_models.rollout import Episode
 
 REWARD_LAYOUTS = ("full", "decisions")
+PRM_SHAPINGS = ("penalty", "signed", "centred")
 
 
 # --- the judges' inputs -------------------------------------------------------------------------------------------
@@ -119,7 +130,15 @@ class JudgeRewards:
     """The judge models' per-turn rewards for a batch of episodes (the ``model`` reward source)."""
 
     def __init__(
-        self, reward_model_path: str, prm_path: str, *, prm_weight: float, layout: str, normalise: bool, device: Any
+        self,
+        reward_model_path: str,
+        prm_path: str,
+        *,
+        prm_weight: float,
+        layout: str,
+        normalise: bool,
+        device: Any,
+        prm_shaping: str = "penalty",
     ) -> None:
         from reward_models.prm import load_prm
         from reward_models.reward import load_reward_model
@@ -129,7 +148,11 @@ class JudgeRewards:
         self.prm_weight = prm_weight
         self.layout = layout
         self.normalise = normalise
+        if prm_shaping not in PRM_SHAPINGS:
+            raise ValueError(f"prm_shaping must be one of {', '.join(PRM_SHAPINGS)}, got {prm_shaping!r}")
+        self.prm_shaping = prm_shaping
         self.moments = RunningMoments()
+        self.prm_moments = RunningMoments()  # of P(good) over every step scored, for prm_shaping="centred"
 
     def __call__(self, episodes: Sequence[Episode]) -> tuple[list[list[float]], dict[str, float]]:
         """Each episode's per-turn rewards (KL not included) and the raw figures to log."""
@@ -142,13 +165,19 @@ class JudgeRewards:
         figures = {"reward_model_score": sum(scores) / len(scores)}
         if self.prm is not None:
             step_scores = self.prm.batch_step_scores([prm_steps(episode) for episode in episodes])
-            for turns, good, episode in zip(rewards, step_scores, episodes, strict=True):
+            for good, episode in zip(step_scores, episodes, strict=True):
                 for index, step in enumerate(episode.steps):
                     # A turn with no text did nothing; the PRM never saw one in training.
                     good[index] = good[index] if step.text.strip() else 0.0
-                    turns[index] += self.prm_weight * (good[index] - 0.5)
             flat = [probability for good in step_scores for probability in good]
+            self.prm_moments.update(flat)
+            baseline = self.prm_moments.mean if self.prm_shaping == "centred" else 0.5
+            ceiling = 0.0 if self.prm_shaping == "penalty" else math.inf
+            for turns, good in zip(rewards, step_scores, strict=True):
+                for index, probability in enumerate(good):
+                    turns[index] += self.prm_weight * min(probability - baseline, ceiling)
             figures["prm_good_share"] = sum(probability >= 0.5 for probability in flat) / len(flat)
+            figures["prm_mean"] = self.prm_moments.mean
         return rewards, figures
 
 

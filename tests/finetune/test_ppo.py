@@ -135,14 +135,13 @@ def _episode(observations: list[str], texts: list[str]) -> Episode:
     return Episode({"seed": 1, "instruction": "reach the goal G"}, 0, steps, "", 0.0, False, False)
 
 
-EPISODE = _episode(
-    [". A | G .", ". . | G A", ". . | A ."],
-    [
-        "goal is down 1 left 1 ; action right",
-        "goal is down 1 left 1 ; action left",
-        "goal is down 0 left 1 ; action left",
-    ],
-)
+EPISODE_OBSERVATIONS = [". A | G .", ". . | G A", ". . | A ."]
+EPISODE_TEXTS = [
+    "goal is down 1 left 1 ; action right",
+    "goal is down 1 left 1 ; action left",
+    "goal is down 0 left 1 ; action left",
+]
+EPISODE = _episode(EPISODE_OBSERVATIONS, EPISODE_TEXTS)
 
 
 def test_the_reward_model_reads_an_episode_as_the_preference_export_lays_it_out():
@@ -174,6 +173,36 @@ def test_running_moments_match_the_statistics_of_everything_seen():
     assert moments.mean == pytest.approx(mean)
     assert moments.std == pytest.approx(math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)))
     assert moments.normalise(mean) == pytest.approx(0.0)
+
+
+def test_the_prm_shaping_charges_bad_steps_and_never_pays_for_length(judges):
+    from reward_models.finetune.ppo_rewards import JudgeRewards
+
+    episodes = [EPISODE, _episode(EPISODE_OBSERVATIONS[:1], EPISODE_TEXTS[:1])]
+    paths = (str(judges["reward_model_path"]), str(judges["prm_path"]))
+    shared = {"prm_weight": 2.0, "layout": "full", "normalise": True, "device": "cpu"}
+    alone, _ = JudgeRewards(paths[0], "", **shared)(episodes)
+
+    def shaping(prm_shaping: str | None) -> tuple[list[float], dict[str, float]]:
+        options = {} if prm_shaping is None else {"prm_shaping": prm_shaping}
+        rewards, figures = JudgeRewards(*paths, **shared, **options)(episodes)
+        pairs = zip(rewards, alone, strict=True)
+        flat = [r - a for turns_r, turns_a in pairs for r, a in zip(turns_r, turns_a, strict=True)]
+        return flat, figures
+
+    signed, figures = shaping("signed")
+    penalty, _ = shaping(None)  # the default
+    centred, _ = shaping("centred")
+    assert len(signed) == 4 and len({round(value, 6) for value in signed}) > 1
+    # signed: weight x (P(good) - 0.5); penalty keeps only its charges, so no step earns anything.
+    assert penalty == pytest.approx([min(value, 0.0) for value in signed])
+    assert max(penalty) <= 0.0
+    # centred: the first batch sets the baseline, the mean P(good) of its four steps, so it sums to zero over them,
+    # and differs from signed by the same weight x (mean - 0.5) on every turn.
+    assert sum(centred) == pytest.approx(0.0, abs=1e-6)
+    assert signed == pytest.approx([value + 2.0 * (figures["prm_mean"] - 0.5) for value in centred])
+    with pytest.raises(ConfigError, match="prm_shaping"):
+        make_config(Path("."), Path("out"), prm_shaping="zero")
 
 
 # --- training ----------------------------------------------------------------------------------------------------
