@@ -11,7 +11,7 @@ scripted teachers, `feedback_app.simulated`) label them over HTTP, freezes snaps
 policy, and reads the held-out success the policy runs record. Only the setup (users, tokens, projects, tasks, the
 base policy version) is written through the ORM.
 
-    .venv/bin/python bench/loop.py                        # the defaults: about 18 minutes on 2 CPU cores
+    .venv/bin/python bench/loop.py                        # the defaults: about 19 minutes on 2 CPU cores
     .venv/bin/python bench/loop.py --rounds 2 --comparisons 60 --iterations 2 --eval_tasks 40    # a smoke run
     .venv/bin/python bench/loop.py --cases random,active --method dpo --step_items 16
 
@@ -28,6 +28,8 @@ Per round, for the random and the active case alike:
    corrections (`dpo`), whole-trajectory DPO on the comparisons themselves (`dpo_trajectory`; its SFT term
    imitates the preferred trajectory), or Nash-MD on the reward model's preferences (`nash_md`);
 5. its held-out success (greedy and sampled, `--eval_tasks` of the environment's 200) is read from the run.
+The cases run side by side: each submits its runs as it goes, and the worker's `--parallel` processes (one per core
+by default, each with an equal share of torch's threads) take them in turn.
 Each round's reward model is also scored, outside the loop, on one fixed set of oracle-ordered pairs (the base
 policy's two rollouts of `--test_tasks` tasks no round plays): how often it ranks the oracle's better trajectory
 higher. Unlike its own held-out split, these pairs are the same for every case and round, so they compare what the
@@ -49,7 +51,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,7 +83,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=3, help="Rollouts per task (candidate pairs: samples C 2).")
     parser.add_argument("--comparisons", type=int, default=100, help="Comparisons queued per round.")
     parser.add_argument("--step_items", type=int, default=8, help="Trajectories queued per round for step labels.")
-    parser.add_argument("--ensemble", type=int, default=3, help="Reward-model ensemble members.")
+    parser.add_argument("--ensemble", type=int, default=2, help="Reward-model ensemble members.")
     parser.add_argument("--iterations", type=int, default=6, help="PPO (or Nash-MD) iterations per round.")
     parser.add_argument("--episodes", type=int, default=16, help="PPO episodes (Nash-MD tasks) per iteration.")
     parser.add_argument("--eval_tasks", type=int, default=200, help="Held-out tasks scored per policy (at most 200).")
@@ -91,6 +95,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plot", default="var/bench/loop.png", help="The plot (PNG; the SVG goes beside it).")
     parser.add_argument("--settings", default="{}", help='Run config overrides, JSON: {"ppo": {"kl_beta": 0.05}}.')
     parser.add_argument("--port", type=int, default=0, help="The web server's port (default: a free one).")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=0,
+        help="Worker processes, each with an equal share of the cores' torch threads; every case submits its runs "
+        "at once (default: as many as there are cases, at most the CPU count).",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     unknown = set(args.cases.split(",")) - set(CASES)
@@ -99,6 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("rounds", "tasks", "comparisons", "ensemble", "iterations", "episodes", "eval_tasks", "test_tasks"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: must be at least 1")
+    if args.parallel < 0:
+        parser.error("--parallel: must be 0 (the default) or positive")
     if args.samples < 2:
         parser.error("--samples: must be at least 2 (a comparison needs two rollouts of a task)")
     candidates = args.tasks * args.samples * (args.samples - 1) // 2
@@ -127,6 +140,7 @@ class Servers:
 
     data_dir: Path
     port: int
+    concurrency: int = 1
     processes: list[subprocess.Popen] = field(default_factory=list)
 
     @property
@@ -144,14 +158,24 @@ class Servers:
         logs.mkdir(parents=True, exist_ok=True)
         bin_dir = Path(sys.executable).parent
         worker = [str(bin_dir / "celery"), "-A", "training", "worker", "-Q", "rollouts,training,default"]
-        worker += ["--concurrency", "1", "--loglevel", "INFO"]
+        worker += ["--concurrency", str(self.concurrency), "--loglevel", "INFO"]
         web = [str(bin_dir / "gunicorn"), "feedback_app.wsgi", "--bind", f"127.0.0.1:{self.port}"]
         web += ["--workers", "2", "--threads", "4", "--timeout", "300"]
-        for command, log in ((worker, "worker.log"), (web, "web.log")):
-            with open(logs / log, "w") as out:
+        # Each worker process gets an equal share of the cores: two one-thread runs of a tiny model side by side
+        # finish well before the same two one after the other on two threads (60 s against 86 s for two reward
+        # models on the 2-core VM).
+        threads = str(max(1, (os.cpu_count() or 1) // self.concurrency))
+        environments = {"worker": {**self.env(), "TANDEM_TORCH_THREADS": threads}, "web": self.env()}
+        for command, name in ((worker, "worker"), (web, "web")):
+            with open(logs / f"{name}.log", "w") as out:
                 self.processes.append(
                     subprocess.Popen(
-                        command, cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                        command,
+                        cwd=ROOT,
+                        env=environments[name],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
                     )
                 )
         deadline = time.monotonic() + 60
@@ -283,6 +307,13 @@ class Loop:
         self.crowd = crowd
         self.test_pairs = test_pairs
         self.api = ApiClient(url, setup["researcher_key"])
+        # Cases run in threads of their own: each prints under its name, and one crowd labels at a time (the
+        # embedded SQLite takes one writer).
+        self.local = threading.local()
+        self.labelling = threading.Lock()
+
+    def say(self, text: str) -> None:
+        print(f"[{getattr(self.local, 'case', '-')}] {text}", flush=True)
 
     # Runs
 
@@ -296,13 +327,13 @@ class Loop:
             run = self.api.get(f"/api/projects/{project}/runs/{run_id}/")
             line = f"    run {run_id} {run['kind']}: {run['status']} {run['progress_current']}/{run['progress_total']}"
             if line != last:
-                print(line, flush=True)
+                self.say(line)
                 last = line
             if run["status"] == "succeeded":
                 return run
             if run["status"] in ("failed", "cancelled"):
                 raise RuntimeError(f"run {run_id} ({run['kind']}) {run['status']}:\n{run.get('error') or run['log']}")
-            time.sleep(2)
+            time.sleep(1)
 
     def overrides(self, kind: str) -> dict[str, Any]:
         return dict(self.args.settings.get(kind, {}))
@@ -316,7 +347,8 @@ class Loop:
             (key, TeacherConfig.from_dict({k: v for k, v in member.items() if k != "name"}))
             for key, member in zip(self.setup["crowd_keys"], self.crowd, strict=True)
         ]
-        return run_crowd(self.url, project, members)
+        with self.labelling:
+            return run_crowd(self.url, project, members)
 
     def strategies(self, project: int) -> dict[str, int]:
         """How many current comparisons were asked under each query strategy (as recorded on the labels)."""
@@ -423,6 +455,7 @@ class Loop:
     def run_case(self, case: str) -> tuple[dict[str, Any], list[Point]]:
         from reward_models.finetune.common import success_gain
 
+        self.local.case = case
         info = self.setup["projects"][case]
         project, policy = info["id"], info["policy"]
         if case in STRATEGY:
@@ -432,13 +465,13 @@ class Loop:
         labelled = {"comparison": 0, "step_items": 0}
         for round_ in range(self.args.rounds):
             started = time.monotonic()
-            print(f"[{case}] round {round_ + 1}/{self.args.rounds}", flush=True)
+            self.say(f"round {round_ + 1}/{self.args.rounds}")
             judges = None
             if case != "oracle":
                 summary = self.rollout(project, policy, round_, case)
-                print(f"    rollout: {json.dumps(summary.get('queued', {}))}", flush=True)
+                self.say(f"    rollout: {json.dumps(summary.get('queued', {}))}")
                 crowd = self.label(project)
-                print(f"    labelled in {crowd['seconds']:.0f} s: {json.dumps(crowd['total'])}", flush=True)
+                self.say(f"    labelled in {crowd['seconds']:.0f} s: {json.dumps(crowd['total'])}")
                 labelled["comparison"] += crowd["total"].get("comparison", 0)
                 labelled["step_items"] += crowd["total"].get("items", 0) - crowd["total"].get("comparison", 0)
                 judges = self.judges(project, round_)
@@ -463,7 +496,7 @@ class Loop:
                     gains=success_gain({"base": base, "final": final}),
                 )
             )
-            print(f"    -> {describe(points[-1])}", flush=True)
+            self.say(f"    -> {describe(points[-1])}")
         return base, points
 
 
@@ -685,7 +718,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # the loop's wall time: a first run's bootstrap (2-3 minutes, kept) is not in it
     data_dir = work / "data"
     shutil.rmtree(data_dir, ignore_errors=True)
-    servers = Servers(data_dir, args.port or free_port())
+    parallel = args.parallel or min(len(cases), os.cpu_count() or 1)
+    servers = Servers(data_dir, args.port or free_port(), concurrency=parallel)
     for name in ("DATABASE_URL", "CELERY_BROKER_URL"):
         os.environ.pop(name, None)
     os.environ.update(TANDEM_DATA_DIR=str(data_dir), DJANGO_SETTINGS_MODULE="feedback_app.settings")
@@ -696,12 +730,18 @@ def main(argv: list[str] | None = None) -> int:
     if test_pairs:
         print(f"{len(test_pairs)} oracle-ordered test pairs score every reward model", flush=True)
     servers.start()
-    print(f"Tandem at {servers.url} (data {data_dir}); cases {', '.join(cases)}; method {args.method}", flush=True)
-    results: dict[str, tuple[dict[str, Any], list[Point]]] = {}
+    print(
+        f"Tandem at {servers.url} (data {data_dir}); cases {', '.join(cases)} at once on {parallel} worker "
+        f"processes; method {args.method}",
+        flush=True,
+    )
     try:
         loop = Loop(args, servers.url, setup, crowd, test_pairs)
-        for case in cases:
-            results[case] = loop.run_case(case)
+        # Every case submits its runs as it goes; the worker's processes take them in turn, so a case that is
+        # labelling or scoring leaves its process to another case's next run.
+        with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+            running = {case: pool.submit(loop.run_case, case) for case in cases}
+            results = {case: future.result() for case, future in running.items()}
     finally:
         servers.stop()
     verdict = report(results, args)
