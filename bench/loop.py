@@ -102,7 +102,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Worker processes, each with an equal share of the cores' torch threads; every case submits its runs "
         "at once (default: as many as there are cases, at most the CPU count).",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="Seeds the tasks, the teachers, the judges and the policy runs (the base policy is seed 0's).",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.cases.split(",")) - set(CASES)
     if unknown:
@@ -380,7 +385,7 @@ class Loop:
                     # The tiny policy's recipe (bench/judge_oracle.py's); the pipeline's 1e-4 suits pretrained models
                     # and left the reward model below "the shorter trajectory wins" (held out 0.52 against 0.71).
                     "learning_rate": 1e-3,
-                    "seed": round_,
+                    "seed": self.args.seed * 100 + round_,
                     **self.overrides("reward_model"),
                 },
             },
@@ -394,7 +399,7 @@ class Loop:
                     "name": f"prm-r{round_}",
                     "learning_rate": 5e-3,  # bench/judge_oracle.py's recipe for a tiny model, as above
                     "num_epochs": 5,
-                    "seed": round_,
+                    "seed": self.args.seed * 100 + round_,
                     **self.overrides("prm"),
                 },
             },
@@ -414,7 +419,11 @@ class Loop:
     def train_policy(self, project: int, policy: int, round_: int, judges: dict[str, Any] | None) -> dict[str, Any]:
         method = "ppo" if judges is None else self.args.method
         # The starting policy of a later round is the last round's result, already evaluated on the same tasks.
-        config: dict[str, Any] = {"seed": round_, "eval_tasks": self.args.eval_tasks, "eval_base": round_ == 0}
+        config: dict[str, Any] = {
+            "seed": self.args.seed * 100 + round_,
+            "eval_tasks": self.args.eval_tasks,
+            "eval_base": round_ == 0,
+        }
         body: dict[str, Any] = {"kind": method, "base_policy": policy, "review": {"enabled": False}}
         iterations = {"max_steps": self.args.iterations, "save_steps": self.args.iterations}
         if method == "ppo":
