@@ -744,15 +744,17 @@ def main(argv: list[str] | None = None) -> int:
         f"processes; method {args.method}",
         flush=True,
     )
+    # Every case submits its runs as it goes; the worker's processes take them in turn, so a case that is labelling
+    # or scoring leaves its process to another case's next run.
+    pool = ThreadPoolExecutor(max_workers=len(cases))
     try:
         loop = Loop(args, servers.url, setup, crowd, test_pairs)
-        # Every case submits its runs as it goes; the worker's processes take them in turn, so a case that is
-        # labelling or scoring leaves its process to another case's next run.
-        with ThreadPoolExecutor(max_workers=len(cases)) as pool:
-            running = {case: pool.submit(loop.run_case, case) for case in cases}
-            results = {case: future.result() for case, future in running.items()}
+        running = {case: pool.submit(loop.run_case, case) for case in cases}
+        results = {case: future.result() for case, future in running.items()}
     finally:
+        # A failed case stops the servers at once; the other cases' next API calls then fail and end their threads.
         servers.stop()
+        pool.shutdown(wait=False, cancel_futures=True)
     verdict = report(results, args)
     wall = time.monotonic() - started
     print(f"\nwall time {wall / 60:.1f} min (set-up, servers and every case; not the base policy's bootstrap)")
