@@ -14,9 +14,9 @@ Per-turn rewards. An episode of ``T`` turns gets ``r_0 .. r_{T-1}``:
     nothing for a good one: the "clip" mechanism of Gao et al. 2024 (On Designing Effective RL Reward at Training
     Time for LLM Reasoning). No number of extra steps can earn reward, so the policy cannot profit from length.
   - ``"signed"``: ``prm_weight * (P(good) - 0.5)``, the same shaping `reward_models.value` uses for unrewarded
-    trajectories. A PRM that finds most steps good pays for every extra turn, which outweighs the reward model's
-    one score per episode: in the loop bench a PRM from eight step-labelled trajectories called every step good,
-    and PPO on it lengthened the episodes (10.4 to 12.7 turns) and lost success (62 to 31 % of its rollouts).
+    trajectories. A PRM that finds most steps good pays for every extra turn, which can outweigh the reward model's
+    one score per episode; in the loop bench, PRMs trained on eight step-labelled trajectories a round called
+    every step good, or every step bad.
   - ``"centred"``: ``prm_weight * (P(good) - m)``, ``m`` the running mean of P(good) over every step scored so far:
     about zero over an average trajectory whatever its length.
 - ``reward_source="oracle"``: the environment's own per-step rewards (the gridworld: 1 on reaching the goal), the
