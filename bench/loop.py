@@ -340,6 +340,10 @@ class Loop:
                 raise RuntimeError(f"run {run_id} ({run['kind']}) {run['status']}:\n{run.get('error') or run['log']}")
             time.sleep(1)
 
+    def round_seed(self, round_: int) -> int:
+        """The seed of a round's rollout, judges and policy run: `--seed` picks the run, the round its part."""
+        return self.args.seed * 100 + round_
+
     def overrides(self, kind: str) -> dict[str, Any]:
         return dict(self.args.settings.get(kind, {}))
 
@@ -385,7 +389,7 @@ class Loop:
                     # The tiny policy's recipe (bench/judge_oracle.py's); the pipeline's 1e-4 suits pretrained models
                     # and left the reward model below "the shorter trajectory wins" (held out 0.52 against 0.71).
                     "learning_rate": 1e-3,
-                    "seed": self.args.seed * 100 + round_,
+                    "seed": self.round_seed(round_),
                     **self.overrides("reward_model"),
                 },
             },
@@ -399,7 +403,7 @@ class Loop:
                     "name": f"prm-r{round_}",
                     "learning_rate": 5e-3,  # bench/judge_oracle.py's recipe for a tiny model, as above
                     "num_epochs": 5,
-                    "seed": self.args.seed * 100 + round_,
+                    "seed": self.round_seed(round_),
                     **self.overrides("prm"),
                 },
             },
@@ -420,7 +424,7 @@ class Loop:
         method = "ppo" if judges is None else self.args.method
         # The starting policy of a later round is the last round's result, already evaluated on the same tasks.
         config: dict[str, Any] = {
-            "seed": self.args.seed * 100 + round_,
+            "seed": self.round_seed(round_),
             "eval_tasks": self.args.eval_tasks,
             "eval_base": round_ == 0,
         }
@@ -453,7 +457,7 @@ class Loop:
         config = {
             "task_ids": tasks,
             "samples_per_task": self.args.samples,
-            "seed": self.args.seed * 100 + round_,
+            "seed": self.round_seed(round_),
             "queue_comparisons": self.args.comparisons,
             "queue_step_labels": self.args.step_items,
         }
