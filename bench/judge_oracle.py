@@ -76,10 +76,10 @@ from reward_models.oracle_data import (  # noqa: E402
     stepwise_rows,
     write_jsonl,
 )
-from reward_models.policy.turns import elide_observations, parse_decision  # noqa: E402
+from reward_models.policy.turns import JUDGE_LAYOUTS, judge_pair, judge_view, parse_decision  # noqa: E402
 
 MODELS = ("rm", "prm", "value")
-LAYOUTS = ("full", "decisions")
+LAYOUTS = JUDGE_LAYOUTS
 # Pipeline settings for a tiny model on a CPU; --rm / --prm / --value JSON overrides them.
 RM_DEFAULTS: dict[str, Any] = {
     "num_epochs": 3.0,
@@ -225,12 +225,8 @@ def training_data(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def with_layout(row: dict[str, Any], layout: str) -> dict[str, Any]:
-    if layout == "full":
-        return row
-    prompt_turns = len(row["prompt"])
-    chosen = elide_observations([*row["prompt"], *row["chosen"]])[prompt_turns:]
-    rejected = elide_observations([*row["prompt"], *row["rejected"]])[prompt_turns:]
-    return {**row, "chosen": chosen, "rejected": rejected}
+    chosen = judge_pair(row["prompt"], row["chosen"], layout)[1]
+    return {**row, "chosen": chosen, "rejected": judge_pair(row["prompt"], row["rejected"], layout)[1]}
 
 
 # --- the judges ----------------------------------------------------------------------------------------------------
@@ -278,9 +274,7 @@ def run_reward_model(
     train_wall = time.perf_counter() - started
     started = time.perf_counter()
     model = load_reward_model(config.output_dir, device=args.device)
-    conversations = [
-        elide_observations(e.messages) if args.rm_layout == "decisions" else e.messages for e in evaluation
-    ]
+    conversations = [judge_view(e.messages, args.rm_layout) for e in evaluation]
     scores, _ = model.score([c[:2] for c in conversations], [c[2:] for c in conversations])
     reward = {id(episode): score for episode, score in zip(evaluation, scores, strict=True)}
     pairs = judged_pairs(evaluation)

@@ -84,7 +84,7 @@ from reward_models.common import (
     trainer_precision_args,
     write_manifest,
 )
-from reward_models.policy.turns import elide_observations
+from reward_models.policy.turns import JUDGE_LAYOUTS, judge_pair
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -95,9 +95,8 @@ MEMBER_FILE = "tandem_member.json"
 # Written into the checkpoint folder: which ensemble member its checkpoints belong to.
 CHECKPOINT_OWNER_FILE = "tandem_member.json"
 TIE_MODES = ("drop", "tie_loss")
-# full: the whole transcript; decisions: only the first and the last observation and every decision (~4x shorter on
-# the gridworld), which makes a CPU-sized reward model quick to train and to score.
-LAYOUTS = ("full", "decisions")
+# What the model reads of a trajectory: `reward_models.policy.turns.JUDGE_LAYOUTS` says what each layout keeps.
+LAYOUTS = JUDGE_LAYOUTS
 ENSEMBLE_MODES = ("seed", "bootstrap")
 # Members are centred on their mean reward over at most this many training completions.
 CENTRING_SAMPLE = 256
@@ -120,8 +119,8 @@ class RewardConfig(JudgeConfig):
     layout: str = field(
         default="full",
         metadata={
-            "help": "What the model reads: full transcripts, or decisions (observations between the first and the "
-            "last emptied); scoring applies the same layout."
+            "help": "What the model reads: full, decisions, actions or moves (reward_models.policy.turns says what "
+            "each keeps); scoring applies the same layout."
         },
     )
 
@@ -160,23 +159,15 @@ class RewardConfig(JudgeConfig):
 # --- encoding ----------------------------------------------------------------------------------------------------
 
 
-def apply_layout(prompt: Conversation, completion: Conversation, layout: str) -> tuple[Conversation, Conversation]:
-    """(prompt, completion) as a reward model of `layout` reads them; text rows are always read whole."""
-    if layout == "full" or isinstance(prompt, str):
-        return prompt, completion
-    messages = elide_observations([*prompt, *completion])
-    return messages[: len(prompt)], messages[len(prompt) :]
-
-
 def _row_in_layout(row: dict[str, Any], layout: str) -> dict[str, Any]:
     if layout == "full" or isinstance(row["prompt"], str):
         return row
     prompt = row["prompt"]
     return {
         **row,
-        "prompt": apply_layout(prompt, [], layout)[0],
-        "chosen": apply_layout(prompt, row["chosen"], layout)[1],
-        "rejected": apply_layout(prompt, row["rejected"], layout)[1],
+        "prompt": judge_pair(prompt, [], layout)[0],
+        "chosen": judge_pair(prompt, row["chosen"], layout)[1],
+        "rejected": judge_pair(prompt, row["rejected"], layout)[1],
     }
 
 
@@ -275,7 +266,7 @@ class RewardModel:
         self.batch_size = batch_size
 
     def encode(self, prompt: Conversation, completion: Conversation) -> list[int]:
-        prompt, completion = apply_layout(prompt, completion, self.layout)
+        prompt, completion = judge_pair(prompt, completion, self.layout)
         return fit_length(encode(self.tokenizer, prompt, completion), self.max_length)
 
     def member_rewards(

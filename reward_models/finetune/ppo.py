@@ -91,6 +91,7 @@ from reward_models.finetune.ppo_rewards import (
     CriticWindow,
     JudgeRewards,
     RunningMoments,
+    charge_invalid_turns,
     critic_forward,
     critic_steps,
     critic_values,
@@ -140,8 +141,8 @@ class PPOConfig(PolicyTrainConfig):
     reward_layout: str = field(
         default="full",
         metadata={
-            "help": "How the reward model reads a trajectory: full (the preference export) or decisions (the "
-            "observations between the first and the last emptied, as bench/judge_oracle.py trains it)."
+            "help": "How PPO hands a trajectory to the reward model: full (the preference export), decisions, "
+            "actions or moves; the reward model then applies the layout it was trained in."
         },
     )
     prm_path: str = field(default="", metadata={"help": "A process reward model directory (optional)."})
@@ -152,6 +153,14 @@ class PPOConfig(PolicyTrainConfig):
             "help": "penalty: min(P(good) - 0.5, 0), a charge for bad steps only (no reward for length); signed: "
             "P(good) - 0.5 (a PRM that finds most steps good pays for longer episodes); centred: P(good) minus its "
             "running mean."
+        },
+    )
+    invalid_penalty: float = field(
+        default=0.1,
+        metadata={
+            "help": "With the model reward source, charged on each turn the environment flags invalid "
+            "(info['invalid'], the gridworld's unparsable action): a format check no judge has to learn, and one the "
+            "policy cannot talk its way past. The oracle source keeps the environment's reward as it is."
         },
     )
     normalize_reward: bool = field(
@@ -216,6 +225,7 @@ class PPOConfig(PolicyTrainConfig):
             path = getattr(self, name)
             require(not path or Path(path).is_dir(), name, f"no such directory: {path}")
         require(self.prm_weight >= 0, "prm_weight", "must be 0 or positive")
+        require(self.invalid_penalty >= 0, "invalid_penalty", "must be 0 or positive")
         require(
             self.prm_shaping in PRM_SHAPINGS,
             "prm_shaping",
@@ -356,6 +366,8 @@ class PPORun:
             task_rewards = oracle_rewards(episodes)
         else:
             task_rewards, figures = self.judges(episodes)
+            invalid = charge_invalid_turns(task_rewards, episodes, config.invalid_penalty)
+            figures["invalid_share"] = invalid / sum(episode.length for episode in episodes)
         rewards, cursor = [], 0
         for turns in task_rewards:
             rewards.append([reward - self.state["kl_beta"] * kl[cursor + t] for t, reward in enumerate(turns)])

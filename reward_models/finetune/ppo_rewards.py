@@ -19,6 +19,10 @@ Per-turn rewards. An episode of ``T`` turns gets ``r_0 .. r_{T-1}``:
     every step good, or every step bad.
   - ``"centred"``: ``prm_weight * (P(good) - m)``, ``m`` the running mean of P(good) over every step scored so far:
     about zero over an average trajectory whatever its length.
+  The reward model applies the layout it was trained in (``reward_models.policy.turns.JUDGE_LAYOUTS``); one that
+  reads the policy's reasoning can be paid by it, so the loop bench trains its reward models on ``moves`` (maps and
+  actions only). And ``invalid_penalty`` is charged on each turn the environment flags invalid
+  (`charge_invalid_turns`): a turn with no usable action costs that much whatever a judge makes of its text.
 - ``reward_source="oracle"``: the environment's own per-step rewards (the gridworld: 1 on reaching the goal), the
   upper bound that a perfect judge would give.
 - Either way, minus ``kl_beta`` times the turn's KL estimate to the reference policy, ``sum over its tokens of
@@ -39,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reward_models.policy.turns import Message, elide_observations, text_steps, transcript
+from reward_models.policy.turns import JUDGE_LAYOUTS, Message, judge_view, text_steps, transcript
 from reward_models.rollout import episode_messages
 
 if TYPE_CHECKING:
@@ -48,7 +52,7 @@ if TYPE_CHECKING:
 
     from reward_models.rollout import Episode
 
-REWARD_LAYOUTS = ("full", "decisions")
+REWARD_LAYOUTS = JUDGE_LAYOUTS
 PRM_SHAPINGS = ("penalty", "signed", "centred")
 
 
@@ -57,11 +61,7 @@ PRM_SHAPINGS = ("penalty", "signed", "centred")
 
 def reward_model_inputs(episode: Episode, layout: str = "full") -> tuple[list[Message], list[Message]]:
     """(prompt, completion) of the `preference` export for one episode, as `RewardModel.score` reads them."""
-    if layout not in REWARD_LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(REWARD_LAYOUTS)}, got {layout!r}")
-    messages = episode_messages(episode)
-    if layout == "decisions":
-        messages = elide_observations(messages)
+    messages = judge_view(episode_messages(episode), layout)
     return messages[:2], messages[2:]
 
 
@@ -184,6 +184,18 @@ class JudgeRewards:
 def oracle_rewards(episodes: Sequence[Episode]) -> list[list[float]]:
     """The environment's own per-step rewards."""
     return [[step.reward for step in episode.steps] for episode in episodes]
+
+
+def charge_invalid_turns(rewards: list[list[float]], episodes: Sequence[Episode], penalty: float) -> int:
+    """Subtract `penalty` from each turn the environment flagged invalid (``info["invalid"]``), in place; returns how
+    many turns were flagged. Environments that flag nothing are left as they are."""
+    flagged = 0
+    for turns, episode in zip(rewards, episodes, strict=True):
+        for index, step in enumerate(episode.steps):
+            if step.info.get("invalid"):
+                turns[index] -= penalty
+                flagged += 1
+    return flagged
 
 
 # --- advantages ----------------------------------------------------------------------------------------------------

@@ -63,14 +63,14 @@ from reward_models.common import (
     trained_model,
     write_manifest,
 )
-from reward_models.policy.turns import elide_observations
+from reward_models.policy.turns import JUDGE_LAYOUTS, judge_pair
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 KIND = "preference_model"
-LAYOUTS = ("full", "decisions")
+LAYOUTS = JUDGE_LAYOUTS
 TIE_MODES = ("drop", "tie_loss")
 
 Conversation = str | Sequence[Mapping[str, str]]
@@ -88,7 +88,7 @@ class PreferenceModelConfig(JudgeConfig):
     )
     layout: str = field(
         default="full",
-        metadata={"help": "full, or decisions: the first and last observation and every decision only."},
+        metadata={"help": f"What the model reads: {', '.join(LAYOUTS)} (see reward_models.policy.turns)."},
     )
     ties: str = field(default="tie_loss", metadata={"help": "Tie rows: drop them, or tie_loss (train toward 1/2)."})
     warmup_steps: int = field(default=10, metadata={"help": "Linear warm-up steps, then linear decay to 0."})
@@ -112,14 +112,6 @@ def pair_scores(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
         za, zb = first[..., 1:], second[..., 1:]
         score = score + (za[..., 0::2] * zb[..., 1::2] - za[..., 1::2] * zb[..., 0::2]).sum(-1)
     return score
-
-
-def apply_layout(prompt: Conversation, completion: Conversation, layout: str) -> tuple[Conversation, Conversation]:
-    """(prompt, completion) as a model of `layout` reads them; text rows are left as they are."""
-    if layout == "full" or isinstance(prompt, str) or isinstance(completion, str):
-        return prompt, completion
-    whole = elide_observations([*prompt, *completion])
-    return whole[: len(prompt)], whole[len(prompt) :]
 
 
 # --- the loader --------------------------------------------------------------------------------------------------
@@ -151,7 +143,7 @@ class PreferenceModel:
     def encode(self, prompt: Conversation, completion: Conversation) -> list[int]:
         from reward_models.reward import encode, fit_length
 
-        prompt, completion = apply_layout(prompt, completion, self.layout)
+        prompt, completion = judge_pair(prompt, completion, self.layout)
         return fit_length(encode(self.tokenizer, prompt, completion), self.max_length)
 
     def heads(self, prompts: Sequence[Conversation], completions: Sequence[Conversation]) -> torch.Tensor:
@@ -204,14 +196,14 @@ class RewardModelPreference:
     def probability(self, pairs: Sequence[Pair]) -> list[float]:
         if not pairs:
             return []
-        laid = [(apply_layout(p, a, self.layout), apply_layout(p, b, self.layout)) for p, a, b in pairs]
+        laid = [(judge_pair(p, a, self.layout), judge_pair(p, b, self.layout)) for p, a, b in pairs]
         probabilities, _ = self.reward_model.preference_probabilities(
             [pa[0] for pa, _ in laid], [pa[1] for pa, _ in laid], [pb[1] for _, pb in laid]
         )
         return probabilities
 
     def win_matrix(self, prompt: Conversation, completions: Sequence[Conversation]) -> list[list[float]]:
-        laid = [apply_layout(prompt, completion, self.layout) for completion in completions]
+        laid = [judge_pair(prompt, completion, self.layout) for completion in completions]
         scores, _ = self.reward_model.score([p for p, _ in laid], [c for _, c in laid])
         return [[_sigmoid(a - b) for b in scores] for a in scores]
 
@@ -365,7 +357,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     tokenizer = load_tokenizer(config.base_model)
 
     def encoded(row: Mapping[str, Any], side: str) -> list[int]:
-        prompt, completion = apply_layout(row["prompt"], row[side], config.layout)
+        prompt, completion = judge_pair(row["prompt"], row[side], config.layout)
         return fit_length(encode(tokenizer, prompt, completion), config.max_length)
 
     chosen_ids = [encoded(row, "chosen") for row in train_rows]

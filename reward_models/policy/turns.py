@@ -166,6 +166,42 @@ def text_steps(messages: Sequence[Message]) -> tuple[str, list[str]]:
     return prompt_text, [rest[start:end] for start, end in zip([0, *cuts], cuts, strict=False)]
 
 
+# What a judge model reads of a trajectory conversation (`judge_view`):
+# - full: everything;
+# - decisions: the first and the last observation and every decision (reasoning and action), the observations
+#   between emptied: ~4x shorter on the gridworld, for environments whose reasoning restates what matters;
+# - actions: every observation and every decision's action (`parse_decision`), the reasoning dropped. A judge that
+#   reads the policy's reasoning can be gamed by it: PPO found a policy that writes "goal is down 0" on every turn,
+#   moves nowhere and scores above the base policy's successes (the loop bench, seed 1). In this layout only what the
+#   environment saw and did counts. It suits decisions written ``reasoning ; action X``, as Tandem's policies write
+#   them; free-form chat turns with no ``action`` marker are kept whole.
+# - moves: the first and the last observation and every action; the shortest, and the least to go on.
+JUDGE_LAYOUTS = ("full", "decisions", "actions", "moves")
+
+
+def judge_view(messages: Sequence[Message], layout: str) -> list[Message]:
+    """A trajectory conversation as a judge of `layout` (one of ``JUDGE_LAYOUTS``) reads it; turns are kept, so the
+    transcript still alternates. A judge trained on rows in one layout must read them in it."""
+    if layout not in JUDGE_LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(JUDGE_LAYOUTS)}, got {layout!r}")
+    viewed = elide_observations(messages) if layout in ("decisions", "moves") else [dict(m) for m in messages]
+    if layout in ("actions", "moves"):
+        for message in viewed:
+            if message["role"] == "assistant":
+                message["content"] = format_decision("", parse_decision(message["content"])[1])
+    return viewed
+
+
+def judge_pair(
+    prompt: str | Sequence[Message], completion: str | Sequence[Message], layout: str
+) -> tuple[str | Sequence[Message], str | Sequence[Message]]:
+    """(prompt, completion) of an export row as a judge of `layout` reads them; text rows are read whole."""
+    if layout == "full" or isinstance(prompt, str) or isinstance(completion, str):
+        return prompt, completion
+    messages = judge_view([*prompt, *completion], layout)
+    return messages[: len(prompt)], messages[len(prompt) :]
+
+
 def elide_observations(messages: Sequence[Message]) -> list[Message]:
     """The ``decisions`` layout of a trajectory conversation: every observation but the first and the last emptied,
     turns kept (so the transcript still alternates). A judge trained on rows in this layout must read them in it."""

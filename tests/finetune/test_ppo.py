@@ -16,14 +16,14 @@ from reward_models.common import ConfigError, config_from_dict
 from reward_models.finetune.ppo import PPOConfig, main, setup_run
 from reward_models.finetune.ppo_rewards import (
     RunningMoments,
+    charge_invalid_turns,
     critic_steps,
-    elide_observations,
     episode_messages,
     gae,
     reward_model_inputs,
 )
 from reward_models.oracle_data import build_tiny_base, preference_rows, scripted_episodes, stepwise_rows, write_jsonl
-from reward_models.policy.turns import transcript
+from reward_models.policy.turns import elide_observations, transcript
 from reward_models.rollout import Episode, Step
 from reward_models.value import load_value_critic
 from tests.launch import launch_env, torchrun
@@ -153,6 +153,27 @@ def test_the_reward_model_reads_an_episode_as_the_preference_export_lays_it_out(
     prompt, completion = reward_model_inputs(replayed, "decisions")
     assert [*prompt, *completion] == elide_observations(chosen.messages)
     assert completion[-1]["content"] == chosen.messages[-1]["content"]
+    prompt, completion = reward_model_inputs(replayed, "actions")
+    assert [m["content"] for m in completion[1::2]] == [m["content"] for m in chosen.messages[3::2]]
+    assert [m["content"] for m in completion[::2]] == [f"action {a}" for a in chosen.actions]
+
+
+def test_the_reasoning_cannot_reach_a_reward_model_reading_actions():
+    """Two episodes that differ only in their reasoning read the same to an ``actions`` reward model."""
+    honest = _episode(EPISODE_OBSERVATIONS, EPISODE_TEXTS)
+    boastful = _episode(EPISODE_OBSERVATIONS, [f"goal is down 0 {t}" for t in EPISODE_TEXTS])
+    assert reward_model_inputs(honest, "decisions") != reward_model_inputs(boastful, "decisions")
+    assert reward_model_inputs(honest, "actions") == reward_model_inputs(boastful, "actions")
+    assert reward_model_inputs(honest, "moves")[1][0] == {"role": "assistant", "content": "action right"}
+
+
+def test_invalid_turns_are_charged_and_counted_and_valid_ones_left_alone():
+    episode = _episode(EPISODE_OBSERVATIONS, EPISODE_TEXTS)
+    episode.steps[1].info["invalid"] = True
+    episode.steps[2].info["invalid"] = False
+    rewards = [[0.0, 0.0, 1.0]]
+    assert charge_invalid_turns(rewards, [episode], 0.25) == 1
+    assert rewards == [[0.0, -0.25, 1.0]]
 
 
 def test_the_critic_reads_each_step_before_its_decision():
@@ -212,7 +233,7 @@ def test_ppo_trains_the_policy_and_the_critic_and_logs_finite_figures(trained, t
     config, summary, reporter = trained
     metrics = summary["metrics"]
     names = ("kl", "entropy", "clip_fraction", "approx_kl", "value_loss", "policy_loss", "mean_reward")
-    names += ("success_rate", "reward_model_score", "prm_good_share", "explained_variance", "kl_beta")
+    names += ("success_rate", "reward_model_score", "prm_good_share", "invalid_share", "explained_variance", "kl_beta")
     logged = [values for values in reporter.metrics if "policy_loss" in values]
     assert [values["step"] for values in logged] == [1, 2, 3, 4]
     for values in logged:
@@ -325,7 +346,8 @@ def test_the_oracle_reward_trains_without_judges_and_without_selection(tiny_poli
     reporter = RecordingReporter()
     summary = main(make_config(tiny_policy_dir, tmp_path / "run", max_steps=2, selection_tasks=0), reporter)
     assert summary["metrics"]["selected_iteration"] == 2 and "last" not in summary["metrics"]
-    assert "reward_model_score" not in reporter.metrics[0]
+    # The environment's reward as it is: nothing judged, no format charge.
+    assert "reward_model_score" not in reporter.metrics[0] and "invalid_share" not in reporter.metrics[0]
     assert all(math.isfinite(v) for v in reporter.series("value_loss"))
 
 
@@ -339,6 +361,7 @@ def test_the_oracle_reward_trains_without_judges_and_without_selection(tiny_poli
         ({"reward_source": "oracle", "lam": 1.5}, "lam"),
         ({"reward_source": "oracle", "prm_path": "/no/such/prm"}, "prm_path"),
         ({"reward_source": "oracle", "ppo_epochs": 0}, "ppo_epochs"),
+        ({"reward_source": "oracle", "invalid_penalty": -0.1}, "invalid_penalty"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_its_field(values, field, tiny_policy_dir):

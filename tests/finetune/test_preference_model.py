@@ -18,12 +18,12 @@ from reward_models.finetune.preference_model import (
     PreferenceModel,
     PreferenceModelConfig,
     RewardModelPreference,
-    elide_observations,
     load_preference_model,
     main,
     pair_scores,
 )
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
+from reward_models.policy.turns import elide_observations, judge_view
 from tests.launch import launch_env, torchrun
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
@@ -92,6 +92,39 @@ def test_decisions_layout_empties_every_observation_but_the_first_and_last():
         {"role": "assistant", "content": "goal is left 1 ; action left"},
     ]
     assert [m["content"] for m in elide_observations(messages) if m["role"] == "user"] == ["first", "", "last"]
+    assert elide_observations(messages) == judge_view(messages, "decisions")
+
+
+def test_the_actions_and_moves_layouts_keep_each_action_and_drop_the_reasoning():
+    messages = [
+        {"role": "system", "content": "reach the goal G"},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "goal is down 1 ; action down"},
+        {"role": "user", "content": "middle"},
+        {"role": "assistant", "content": "goal is down 0"},
+        {"role": "user", "content": "last"},
+        {"role": "assistant", "content": "left"},
+    ]
+    actions = judge_view(messages, "actions")
+    assert [m["content"] for m in actions] == [
+        "reach the goal G",
+        "first",
+        "action down",
+        "middle",
+        "action goal is down 0",
+        "last",
+        "action left",
+    ]
+    moves = judge_view(messages, "moves")
+    assert [m["content"] for m in moves if m["role"] == "user"] == ["first", "", "last"]
+    assert [m["content"] for m in moves if m["role"] == "assistant"] == [
+        "action down",
+        "action goal is down 0",
+        "action left",
+    ]
+    assert messages[2]["content"] == "goal is down 1 ; action down"  # the input is left as it was
+    with pytest.raises(ValueError, match="layout must be one of full, decisions, actions, moves"):
+        judge_view(messages, "reasoning")
 
 
 def test_training_lowers_the_loss_and_beats_chance_on_held_out_tasks(trained):

@@ -181,6 +181,29 @@ def test_a_decisions_layout_model_reads_only_decisions_in_training_and_in_scorin
     assert len(model.encode(row["prompt"], row["chosen"])) > len(elided)
 
 
+def test_an_actions_layout_model_reads_every_observation_and_action_but_no_reasoning(
+    rows, data_path, tiny_base_model, tmp_path
+):
+    config = make_config(data_path, tiny_base_model, tmp_path / "run", layout="actions", max_steps=3)
+    main(config)
+    model = load_reward_model(config.output_dir, device="cpu")
+    assert model.layout == "actions"
+    row = next(row for row in rows if len(row["chosen"]) > 4)
+    read = model.encode(row["prompt"], row["chosen"])
+    reworded = [
+        {**message, "content": "goal is down 0 ; " + message["content"]} if message["role"] == "assistant" else message
+        for message in row["chosen"]
+    ]
+    assert model.encode(row["prompt"], reworded) == read
+    moved = [dict(message) for message in row["chosen"]]
+    moved[0]["content"] = "goal is up 9 ; action somewhere"
+    assert model.encode(row["prompt"], moved) != read
+    remapped = [dict(message) for message in row["chosen"]]
+    middle = next(index for index, message in enumerate(remapped[:-1]) if message["role"] == "user")
+    remapped[middle]["content"] = "# # # a different map # # #"
+    assert model.encode(row["prompt"], remapped) != read
+
+
 def test_a_bootstrap_ensemble_gives_a_spread_and_resumes_its_current_member(data_path, tiny_base_model, tmp_path):
     config = make_config(
         data_path,
