@@ -81,30 +81,29 @@ def test_the_skew_part_expresses_an_intransitive_cycle_no_reward_model_can():
     assert pair_scores(a[:1], b[:1]) == 0
 
 
+# A decision with reasoning, one with no action marker (taken whole as the action) and a bare action.
+LAYOUT_MESSAGES = [
+    {"role": "system", "content": "reach the goal G"},
+    {"role": "user", "content": "first"},
+    {"role": "assistant", "content": "goal is down 1 ; action down"},
+    {"role": "user", "content": "middle"},
+    {"role": "assistant", "content": "goal is down 0"},
+    {"role": "user", "content": "last"},
+    {"role": "assistant", "content": "left"},
+]
+
+
 def test_decisions_layout_empties_every_observation_but_the_first_and_last():
-    messages = [
-        {"role": "system", "content": "reach the goal G"},
-        {"role": "user", "content": "first"},
-        {"role": "assistant", "content": "goal is down 1 ; action down"},
-        {"role": "user", "content": "middle"},
-        {"role": "assistant", "content": "goal is right 1 ; action right"},
-        {"role": "user", "content": "last"},
-        {"role": "assistant", "content": "goal is left 1 ; action left"},
-    ]
+    messages = LAYOUT_MESSAGES
     assert [m["content"] for m in elide_observations(messages) if m["role"] == "user"] == ["first", "", "last"]
+    assert [m for m in elide_observations(messages) if m["role"] != "user"] == [
+        m for m in messages if m["role"] != "user"
+    ]
     assert elide_observations(messages) == judge_view(messages, "decisions")
 
 
 def test_the_actions_and_moves_layouts_keep_each_action_and_drop_the_reasoning():
-    messages = [
-        {"role": "system", "content": "reach the goal G"},
-        {"role": "user", "content": "first"},
-        {"role": "assistant", "content": "goal is down 1 ; action down"},
-        {"role": "user", "content": "middle"},
-        {"role": "assistant", "content": "goal is down 0"},
-        {"role": "user", "content": "last"},
-        {"role": "assistant", "content": "left"},
-    ]
+    messages = [dict(message) for message in LAYOUT_MESSAGES]
     actions = judge_view(messages, "actions")
     assert [m["content"] for m in actions] == [
         "reach the goal G",

@@ -161,20 +161,27 @@ def test_tie_loss_keeps_tie_rows_that_drop_leaves_out(rows, data_path, tiny_base
     assert kept["train_samples"] == dropped["train_samples"] + train_ties
 
 
+def trained_in_layout(layout, rows, data_path, tiny_base_model, tmp_path):
+    """A reward model trained a few steps in `layout` and loaded as scoring loads it; a row with observations between
+    its first and its last; and that row's completion with a different map in the first of those."""
+    config = make_config(data_path, tiny_base_model, tmp_path / "run", layout=layout, max_steps=3)
+    main(config)
+    model = load_reward_model(config.output_dir, device="cpu")
+    assert model.layout == layout
+    row = next(row for row in rows if len(row["chosen"]) > 4)
+    remapped = [dict(message) for message in row["chosen"]]
+    middle = next(index for index, message in enumerate(remapped[:-1]) if message["role"] == "user")
+    remapped[middle]["content"] = "# # # a different map # # #"
+    return model, row, remapped
+
+
 def test_a_decisions_layout_model_reads_only_decisions_in_training_and_in_scoring(
     rows, data_path, tiny_base_model, tmp_path
 ):
-    config = make_config(data_path, tiny_base_model, tmp_path / "run", layout="decisions", max_steps=3)
-    main(config)
-    model = load_reward_model(config.output_dir, device="cpu")
-    assert model.layout == "decisions"
-    row = next(row for row in rows if len(row["chosen"]) > 4)
+    model, row, changed = trained_in_layout("decisions", rows, data_path, tiny_base_model, tmp_path)
     elided = model.encode(row["prompt"], row["chosen"])
     # The observations between the first and the last are not read: changing one leaves the ids as they were,
     # while a full-layout model reads it.
-    changed = [dict(message) for message in row["chosen"]]
-    middle = next(index for index, message in enumerate(changed[:-1]) if message["role"] == "user")
-    changed[middle]["content"] = "# # # a different map # # #"
     assert model.encode(row["prompt"], changed) == elided
     model.layout = "full"
     assert model.encode(row["prompt"], changed) != model.encode(row["prompt"], row["chosen"])
@@ -184,11 +191,7 @@ def test_a_decisions_layout_model_reads_only_decisions_in_training_and_in_scorin
 def test_an_actions_layout_model_reads_every_observation_and_action_but_no_reasoning(
     rows, data_path, tiny_base_model, tmp_path
 ):
-    config = make_config(data_path, tiny_base_model, tmp_path / "run", layout="actions", max_steps=3)
-    main(config)
-    model = load_reward_model(config.output_dir, device="cpu")
-    assert model.layout == "actions"
-    row = next(row for row in rows if len(row["chosen"]) > 4)
+    model, row, remapped = trained_in_layout("actions", rows, data_path, tiny_base_model, tmp_path)
     read = model.encode(row["prompt"], row["chosen"])
     reworded = [
         {**message, "content": "goal is down 0 ; " + message["content"]} if message["role"] == "assistant" else message
@@ -198,9 +201,6 @@ def test_an_actions_layout_model_reads_every_observation_and_action_but_no_reaso
     moved = [dict(message) for message in row["chosen"]]
     moved[0]["content"] = "goal is up 9 ; action somewhere"
     assert model.encode(row["prompt"], moved) != read
-    remapped = [dict(message) for message in row["chosen"]]
-    middle = next(index for index, message in enumerate(remapped[:-1]) if message["role"] == "user")
-    remapped[middle]["content"] = "# # # a different map # # #"
     assert model.encode(row["prompt"], remapped) != read
 
 
