@@ -33,9 +33,9 @@ no noise. Pairs whose oracle returns are equal are left out (no answer is right)
 `--rm_layout decisions` shows the reward model only the first and the last observation and every decision (the
 observations in between are emptied, turns kept): a long trajectory becomes ~250 tokens instead of ~1,000. Each
 decision's reasoning states the offset to the goal, so little is lost, and the reward model trains 6-10x faster on
-a CPU. The export layout, which Tandem's reward pipeline reads, is ``full``; ``decisions`` is what a reward-model
-option like the policies' ``history_window`` would give. The conversation ends at the last decision: no layout
-shows where the last action led.
+a CPU. The export layout is ``full``; the bench hands ``--rm_layout`` to the reward pipeline's ``layout`` setting,
+which also offers ``actions`` and ``moves`` (no reasoning; see ``reward_models.policy.turns``). The conversation
+ends at the last decision: no layout shows where the last action led.
 
 The pipelines run as Tandem runs them (`main(config)`, artifact written, loaded again with the loader) with
 ``eval_fraction=0``: the held-out figures come from this script, not from a split of the training rows. Everything
@@ -76,7 +76,7 @@ from reward_models.oracle_data import (  # noqa: E402
     stepwise_rows,
     write_jsonl,
 )
-from reward_models.policy.turns import JUDGE_LAYOUTS, judge_pair, judge_view, parse_decision  # noqa: E402
+from reward_models.policy.turns import JUDGE_LAYOUTS, parse_decision  # noqa: E402
 
 MODELS = ("rm", "prm", "value")
 LAYOUTS = JUDGE_LAYOUTS
@@ -224,11 +224,6 @@ def training_data(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def with_layout(row: dict[str, Any], layout: str) -> dict[str, Any]:
-    chosen = judge_pair(row["prompt"], row["chosen"], layout)[1]
-    return {**row, "chosen": chosen, "rejected": judge_pair(row["prompt"], row["rejected"], layout)[1]}
-
-
 # --- the judges ----------------------------------------------------------------------------------------------------
 
 
@@ -262,9 +257,9 @@ def run_reward_model(
     from reward_models.common import config_from_dict
     from reward_models.reward import RewardConfig, load_reward_model, main
 
-    rows = [with_layout(row, args.rm_layout) for row in data["preference"]]
-    path = write_jsonl(rows, work / "preference.jsonl")
-    values = {**RM_DEFAULTS, "seed": args.seed, **json.loads(args.rm)}
+    path = write_jsonl(data["preference"], work / "preference.jsonl")
+    # The reward model lays out its training rows and whatever it scores itself.
+    values = {**RM_DEFAULTS, "layout": args.rm_layout, "seed": args.seed, **json.loads(args.rm)}
     config = config_from_dict(
         RewardConfig,
         {**values, "data_path": str(path), "base_model": base, "output_dir": str(work / "rm"), "eval_fraction": 0.0},
@@ -274,8 +269,7 @@ def run_reward_model(
     train_wall = time.perf_counter() - started
     started = time.perf_counter()
     model = load_reward_model(config.output_dir, device=args.device)
-    conversations = [judge_view(e.messages, args.rm_layout) for e in evaluation]
-    scores, _ = model.score([c[:2] for c in conversations], [c[2:] for c in conversations])
+    scores, _ = model.score([e.messages[:2] for e in evaluation], [e.messages[2:] for e in evaluation])
     reward = {id(episode): score for episode, score in zip(evaluation, scores, strict=True)}
     pairs = judged_pairs(evaluation)
 

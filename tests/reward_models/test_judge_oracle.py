@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from reward_models.oracle_data import OracleEpisode
+from reward_models.policy.turns import judge_view
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "judge_oracle.py"
 
@@ -101,7 +102,7 @@ def test_the_decisions_layout_empties_every_observation_but_the_first_and_the_la
     messages = episode(
         1, 1, ["goal is down 3 right 0", "goal is down 2 right 0", "goal is down 1 right 0"], success=True, score=1.4
     ).messages
-    elided = bench.judge_view(messages, "decisions")
+    elided = judge_view(messages, "decisions")
     assert [m["role"] for m in elided] == [m["role"] for m in messages]
     assert [m["content"] for m in elided if m["role"] == "user"] == ["observation 0", "", "observation 2"]
     assert [m for m in elided if m["role"] != "user"] == [m for m in messages if m["role"] != "user"]
