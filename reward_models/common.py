@@ -329,6 +329,22 @@ def trainer_precision_args(precision: str) -> dict[str, Any]:
     return {"bf16": precision == "bf16", "fp16": precision == "fp16", "use_cpu": not torch.cuda.is_available()}
 
 
+def fresh_accelerator(precision: str) -> Any:
+    """An `Accelerator` for a resolved precision, on the GPU when there is one.
+
+    accelerate keeps one state per process and refuses a second `Accelerator` with another precision or device,
+    while a Celery worker runs one training run after another in the same process (a bf16 reward model, then an
+    fp32 policy run). Like transformers' `TrainingArguments`, start from a clean state; under `torchrun` the process
+    group survives the reset and is taken up again."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
+    return Accelerator(mixed_precision=mixed, cpu=not torch.cuda.is_available())
+
+
 def seed_everything(seed: int) -> None:
     import numpy as np
     import torch

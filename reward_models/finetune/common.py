@@ -27,6 +27,7 @@ from reward_models.common import (
     Reporter,
     checkpoint_dir,
     finished_summary,
+    fresh_accelerator,
     require,
     resolve_precision,
     write_manifest,
@@ -385,12 +386,7 @@ def completion_logprobs(model: PreTrainedModel, batch: TurnBatch) -> torch.Tenso
 def make_accelerator(config: PolicyTrainConfig) -> Accelerator:
     """An `Accelerator` with the config's precision (fp32 on CPU) on the one device, or on every process of an
     `accelerate launch`."""
-    import torch
-    from accelerate import Accelerator
-
-    precision = resolve_precision(config.precision)
-    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
-    return Accelerator(mixed_precision=mixed, cpu=not torch.cuda.is_available())
+    return fresh_accelerator(resolve_precision(config.precision))
 
 
 def loop_checkpoints(config: PolicyTrainConfig) -> list[Path]:

@@ -55,6 +55,7 @@ from reward_models.common import (
     checkpoint_dir,
     cli,
     finished_summary,
+    fresh_accelerator,
     read_manifest,
     read_rows,
     require,
@@ -332,7 +333,6 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     """Train the preference model on `config.data_path`, evaluate it on held-out tasks and write
     `config.output_dir`; returns the summary (also kept in the manifest)."""
     import torch
-    from accelerate import Accelerator
     from transformers import AutoModelForSequenceClassification
 
     from reward_models.finetune.common import process_share, resume_loop_checkpoint, save_loop_checkpoint
@@ -368,9 +368,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
         f"layout {config.layout}, skew_dims {config.skew_dims}, precision {precision}"
     )
 
-    accelerator = Accelerator(
-        mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision], cpu=not torch.cuda.is_available()
-    )
+    accelerator = fresh_accelerator(precision)
     torch.manual_seed(config.seed)
     model = AutoModelForSequenceClassification.from_pretrained(
         config.base_model, num_labels=1 + 2 * config.skew_dims, local_files_only=True

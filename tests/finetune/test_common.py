@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import TrainerControl
 
-from reward_models.common import ConfigError, config_from_dict
+from reward_models.common import ConfigError, config_from_dict, fresh_accelerator
 from reward_models.envs.gridworld import GridWorld
 from reward_models.finetune.common import (
     PolicyTrainConfig,
@@ -204,6 +204,19 @@ def test_a_config_names_the_bad_field(tmp_path):
         load_policy_model(tmp_path)
     config = config_from_dict(PolicyTrainConfig, {"policy_path": "p", "environment_config": {"size": 5}})
     assert config.environment_config == {"size": 5}
+
+
+def test_a_run_after_one_of_another_precision_in_the_same_process_gets_its_own_accelerator():
+    """A worker process runs one training after another; accelerate refuses a second precision in one process
+    (this failed the preference model after a bf16 run on a GPU)."""
+    from accelerate.state import AcceleratorState
+
+    try:
+        fresh_accelerator("bf16")  # what an earlier bf16 run leaves in the process
+        accelerator = make_accelerator(PolicyTrainConfig(policy_path="p", output_dir="o", precision="fp32"))
+        assert accelerator.mixed_precision == "no"
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
 
 
 def test_a_loop_checkpoint_restores_weights_optimiser_and_state(tmp_path, tiny_policy_dir):
