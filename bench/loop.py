@@ -413,8 +413,10 @@ class Loop:
             },
         )
         model = self.api.get(f"/api/projects/{project}/models/{rm['summary']['registered_model']}/")
+        accuracy = oracle_accuracy(model["path"], self.test_pairs)
         return {
-            "rm_oracle_accuracy": oracle_accuracy(model["path"], self.test_pairs),
+            "rm_oracle_accuracy": accuracy.pop("all"),
+            "rm_oracle_accuracy_by_type": accuracy,
             "reward_model": rm["summary"]["registered_model"],
             "prm": prm["summary"]["registered_model"],
             "rm_own_heldout_accuracy": (rm["summary"].get("metrics") or {}).get("accuracy"),
@@ -538,19 +540,36 @@ def oracle_test_pairs(policy_dir: Path, tasks: int, seed: int) -> list[tuple[Any
     return pairs
 
 
-def oracle_accuracy(model_dir: str, pairs: list[tuple[Any, Any]]) -> float:
-    """How often the reward model scores the oracle's better trajectory higher (its members' mean reward)."""
+def oracle_accuracy(model_dir: str, pairs: list[tuple[Any, Any]]) -> dict[str, float]:
+    """How often the reward model scores the oracle's better trajectory higher (its members' mean reward), over
+    all the pairs and by pair type."""
     from reward_models.reward import load_reward_model
 
     model = load_reward_model(model_dir, device="cpu")
     episodes = [episode for pair in pairs for episode in pair]
     rewards, _ = model.score([e.messages[:2] for e in episodes], [e.messages[2:] for e in episodes])
-    return sum(rewards[2 * i] > rewards[2 * i + 1] for i in range(len(pairs))) / len(pairs)
+    return accuracy_by_type(pairs, [rewards[2 * i] > rewards[2 * i + 1] for i in range(len(pairs))])
+
+
+def accuracy_by_type(pairs: list[tuple[Any, Any]], right: list[bool]) -> dict[str, float]:
+    """The share of `right` over all the (better, worse) pairs (`all`) and per `oracle_data.pair_type`: a reward
+    model can tell success from failure and still order two failures by chance, which an overall figure hides."""
+    from reward_models.oracle_data import pair_type
+
+    groups: dict[str, list[bool]] = {"all": list(right)}
+    for (better, worse), hit in zip(pairs, right, strict=True):
+        groups.setdefault(pair_type(better, worse), []).append(hit)
+    return {name: sum(hits) / len(hits) for name, hits in groups.items() if hits}
 
 
 def describe(point: Point) -> str:
     accuracy = point.judges.get("rm_oracle_accuracy")
-    judged = f"reward model agrees with the oracle on {accuracy:.1%} of test pairs; " if accuracy is not None else ""
+    by_type = by_type_text(point.judges.get("rm_oracle_accuracy_by_type") or {})
+    judged = (
+        f"reward model agrees with the oracle on {accuracy:.1%} of test pairs ({by_type}); "
+        if accuracy is not None
+        else ""
+    )
     gains = "".join(
         f", {decoding} gain {point.gains[f'{decoding}_gain']:+.1%} ± {point.gains[f'{decoding}_gain_stderr']:.1%}"
         for decoding in ("greedy", "sampled")
@@ -651,14 +670,30 @@ def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argpars
         }
         verdict["reward_model"] = {
             case: [p.judges.get("rm_oracle_accuracy") for p in results[case][1]] for case in ("random", "active")
-        } | {"comparisons_for_random_final_accuracy": reached}
+        } | {
+            "comparisons_for_random_final_accuracy": reached,
+            "by_pair_type": {
+                case: [p.judges.get("rm_oracle_accuracy_by_type") for p in results[case][1]]
+                for case in ("random", "active")
+            },
+        }
         finals = ", ".join(f"{case} {_percent(verdict['reward_model'][case][-1])}" for case in ("random", "active"))
         active = reached["active"] if reached["active"] is not None else "not reached"
         print(
             f"reward model against the oracle, last round: {finals}; comparisons to reach random's last accuracy: "
             f"random {reached['random']}, active {active}"
         )
+        last_by_type = {case: verdict["reward_model"]["by_pair_type"][case][-1] or {} for case in ("random", "active")}
+        print(
+            "by pair type, last round: "
+            + "; ".join(f"{case} {by_type_text(shares)}" for case, shares in last_by_type.items())
+        )
     return verdict
+
+
+def by_type_text(shares: dict[str, float]) -> str:
+    """`one succeeded 95%, both failed 50%`: an `accuracy_by_type` without its `all`."""
+    return ", ".join(f"{name.replace('_', ' ')} {share:.0%}" for name, share in shares.items())
 
 
 def _percent(value: float | None) -> str:
