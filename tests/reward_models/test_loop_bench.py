@@ -32,3 +32,114 @@ def test_the_oracle_pair_accuracy_is_split_by_pair_type(loop):
     )
     with pytest.raises(ValueError):  # one verdict per pair
         loop.accuracy_by_type(pairs, right[:-1])
+
+
+SEEDS_BENCH = BENCH.with_name("loop_seeds.py")
+
+
+@pytest.fixture(scope="module")
+def loop_seeds():
+    spec = importlib.util.spec_from_file_location("loop_seeds_bench", SEEDS_BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _figures(loop, tmp_path, name, seed, base, cases):
+    """A bench/loop.py --out file: `cases` maps a case to its rounds' (comparisons, sampled, greedy)."""
+    import json
+    from dataclasses import asdict
+
+    def point(number, comparisons, sampled, greedy):
+        return loop.Point(
+            round=number,
+            comparisons=comparisons,
+            step_items=0,
+            greedy=greedy,
+            greedy_stderr=0.035,
+            sampled=sampled,
+            sampled_stderr=0.035,
+            policy_version=number,
+            seconds=1.0,
+            judges={"rm_oracle_accuracy_by_type": {"one_succeeded": 0.9, "both_failed": 0.5}},
+            gains={"sampled_gain_stderr": 0.04, "greedy_gain_stderr": 0.03},
+        )
+
+    path = tmp_path / name
+    base_figures = {"sampled_success": base[0], "greedy_success": base[1]}
+    path.write_text(
+        json.dumps(
+            {
+                "settings": {"seed": seed},
+                "cases": {
+                    case: {"base": base_figures, "points": [asdict(point(i + 1, *r)) for i, r in enumerate(rounds)]}
+                    for case, rounds in cases.items()
+                },
+            }
+        )
+    )
+    return path
+
+
+def test_loop_seeds_reads_the_bars_on_the_means_over_seeds(loop, loop_seeds, tmp_path, capsys):
+    files = [
+        _figures(
+            loop,
+            tmp_path,
+            "s1.json",
+            1,
+            (0.50, 0.40),
+            {
+                "random": [(100, 0.52, 0.41), (200, 0.56, 0.40)],
+                "active": [(100, 0.56, 0.40), (200, 0.55, 0.44)],
+            },
+        ),
+        # Seed 1's oracle case from another run on the same base policy.
+        _figures(loop, tmp_path, "s1-oracle.json", 1, (0.50, 0.40), {"oracle": [(0, 0.54, 0.40), (0, 0.58, 0.42)]}),
+        _figures(
+            loop,
+            tmp_path,
+            "s2.json",
+            2,
+            (0.40, 0.30),
+            {
+                "oracle": [(0, 0.42, 0.30), (0, 0.44, 0.30)],
+                "random": [(100, 0.40, 0.32), (200, 0.44, 0.30)],
+                "active": [(100, 0.44, 0.30), (200, 0.40, 0.28)],
+            },
+        ),
+    ]
+    seeds = loop_seeds.load(files)
+    summary = loop_seeds.summarise(seeds)
+    sampled = {case: summary["cases"][case]["sampled"] for case in ("oracle", "random", "active")}
+    assert summary["seeds"] == [1, 2]
+    assert sampled["oracle"]["final_gains"] == pytest.approx([0.08, 0.04])
+    assert sampled["random"]["mean"] == pytest.approx(0.05)
+    assert sampled["random"]["stderr"] == pytest.approx(0.01)
+    assert sampled["random"]["share_of_oracle"] == pytest.approx(0.05 / 0.06)
+    assert sampled["active"]["share_of_oracle"] == pytest.approx(0.025 / 0.06)
+    assert sampled["active"]["mean_per_round"] == pytest.approx([0.05, 0.025])
+    # Active's mean curve passes random's final mean gain (+5 points) after its first 100 comparisons.
+    assert summary["labels_for_random_mean_gain"]["sampled"] == {"random": 200, "active": 100}
+    assert summary["cases"]["active"]["greedy"]["share_of_oracle"] == pytest.approx(1.0)
+    assert summary["cases"]["random"]["rm_last_round_by_type"] == {"one_succeeded": 0.9, "both_failed": 0.5}
+    loop_seeds.report(seeds, summary)
+    printed = capsys.readouterr().out
+    assert "random: mean gain as a share of the oracle's mean gain: sampled 83%, greedy 0%" in printed
+    assert "sampled: comparisons for random's final mean gain (+5.0): random 200, active 100" in printed
+    assert "oracle (seeds 1, 2): round 1: +3.0 / +0.0, round 2: +6.0 / +1.0" in printed
+    assert "random (seeds 1, 2): 100: +1.0 / +1.5, 200: +5.0 / +0.0" in printed
+
+
+def test_loop_seeds_refuses_one_seed_on_two_base_policies_and_unequal_schedules(loop, loop_seeds, tmp_path):
+    one = _figures(loop, tmp_path, "a.json", 3, (0.50, 0.40), {"random": [(100, 0.5, 0.4)]})
+    other_base = _figures(loop, tmp_path, "b.json", 3, (0.45, 0.40), {"oracle": [(0, 0.5, 0.4)]})
+    with pytest.raises(SystemExit, match="seed 3's oracle case started from a base policy"):
+        loop_seeds.load([one, other_base])
+    longer = _figures(loop, tmp_path, "c.json", 4, (0.50, 0.40), {"random": [(250, 0.5, 0.4)]})
+    with pytest.raises(SystemExit, match="the random case labelled on different schedules"):
+        loop_seeds.summarise(loop_seeds.load([one, longer]))
+    (tmp_path / "junk.json").write_text("{}")
+    with pytest.raises(SystemExit, match="not a bench/loop.py figures file"):
+        loop_seeds.load([tmp_path / "junk.json"])
