@@ -76,8 +76,8 @@ def summarise(seeds: list[Seed]) -> dict[str, Any]:
             raise SystemExit(f"the {case} case labelled on different schedules across seeds: {sorted(schedules)}")
         entry: dict[str, Any] = {"seeds": [seed.seed for seed in ran], "comparisons": list(schedules.pop())}
         for decoding in DECODINGS:
-            finals = [seed.gains(case, decoding)[-1] for seed in ran]
             curves = [seed.gains(case, decoding) for seed in ran]
+            finals = [curve[-1] for curve in curves]
             per_round = [statistics.fmean(round_gains) for round_gains in zip(*curves, strict=True)]
             mean, stderr = mean_and_stderr(finals)
             entry[decoding] = {"final_gains": finals, "mean": mean, "stderr": stderr, "mean_per_round": per_round}
@@ -93,6 +93,8 @@ def summarise(seeds: list[Seed]) -> dict[str, Any]:
         for case in ("random", "active"):
             if case in summary["cases"]:
                 both = [seed for seed in seeds if case in seed.cases and "oracle" in seed.cases]
+                if not both:
+                    continue  # no seed ran this case and the oracle: no share to give
                 for decoding in DECODINGS:
                     oracle = statistics.fmean(seed.gains("oracle", decoding)[-1] for seed in both)
                     own = statistics.fmean(seed.gains(case, decoding)[-1] for seed in both)

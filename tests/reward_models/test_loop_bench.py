@@ -140,6 +140,11 @@ def test_loop_seeds_refuses_one_seed_on_two_base_policies_and_unequal_schedules(
     longer = _figures(loop, tmp_path, "c.json", 4, (0.50, 0.40), {"random": [(250, 0.5, 0.4)]})
     with pytest.raises(SystemExit, match="the random case labelled on different schedules"):
         loop_seeds.summarise(loop_seeds.load([one, longer]))
+    # Random at seed 3 and the oracle at seed 5 only: no seed ran both, so there is no share of the oracle's gain.
+    elsewhere = _figures(loop, tmp_path, "d.json", 5, (0.50, 0.40), {"oracle": [(0, 0.6, 0.4)]})
+    apart = loop_seeds.summarise(loop_seeds.load([one, elsewhere]))
+    assert "share_of_oracle" not in apart["cases"]["random"]["sampled"]
+    assert apart["cases"]["oracle"]["sampled"]["mean"] == pytest.approx(0.1)
     (tmp_path / "junk.json").write_text("{}")
     with pytest.raises(SystemExit, match="not a bench/loop.py figures file"):
         loop_seeds.load([tmp_path / "junk.json"])
