@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
+
+TRACEBACK = "Traceback (most recent call last):"
 
 
 def torchrun(module: str, processes: int = 2) -> list[str]:
@@ -23,3 +27,13 @@ def launch_env(processes: int = 2) -> dict[str, str]:
     if torch.cuda.device_count() < processes:
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
+
+
+def launch_failure(done: subprocess.CompletedProcess) -> str:
+    """Why a launched command failed, for an assertion message: the first traceback a process of the pipeline
+    printed (under torchrun the end of standard error is torchrun's own summary, which names only the failed rank and
+    its exit code), then the end of standard error."""
+    blocks = re.split(re.escape(TRACEBACK), done.stderr)[1:]
+    own = next((block for block in blocks if "torch/distributed/run.py" not in block), None)
+    head = f"{TRACEBACK}{own[:4000]}\n...\n" if own is not None else ""
+    return head + done.stderr[-1500:]

@@ -38,7 +38,7 @@ from reward_models.policy.turns import (
     render_prompt,
     turn_messages,
 )
-from tests.launch import launch_env, torchrun
+from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
@@ -324,7 +324,7 @@ def test_the_command_line_shows_help_and_trains_across_two_processes(tiny_policy
     done = subprocess.run(
         [*torchrun("reward_models.finetune.dpo"), *arguments], capture_output=True, text=True, cwd=ROOT, env=env
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, launch_failure(done)
     summary = json.loads(done.stdout)
     assert summary["steps"] == 2 and (tmp_path / "run" / "model.safetensors").is_file()
 

@@ -26,7 +26,7 @@ from reward_models.oracle_data import build_tiny_base, preference_rows, scripted
 from reward_models.policy.turns import elide_observations, transcript
 from reward_models.rollout import Episode, Step
 from reward_models.value import load_value_critic
-from tests.launch import launch_env, torchrun
+from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 # A 4x4 grid with a 6-step limit keeps episodes, and the critic's transcripts, short.
@@ -394,7 +394,7 @@ def test_the_command_line_shows_help_and_trains_on_the_oracle_reward_across_two_
         env=env,
         timeout=300,
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, launch_failure(done)
     summary = json.loads(done.stdout)
     assert summary["iterations"] == 2 and (tmp_path / "cli" / "tandem_artifact.json").is_file()
     # Each process rolled out half the tasks, and both trained on all of them.

@@ -24,7 +24,7 @@ from reward_models.finetune.preference_model import (
 )
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
 from reward_models.policy.turns import elide_observations, judge_view
-from tests.launch import launch_env, torchrun
+from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
@@ -222,7 +222,7 @@ def test_the_command_line_trains_across_two_processes(data_path, rows, tiny_base
         env=env,
         timeout=300,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, launch_failure(done)
     summary = json.loads(done.stdout)
     assert summary["steps"] == 4 and math.isfinite(summary["final_loss"]) and summary["metrics"]["pairs"] > 10
     row = next(row for row in rows if not row.get("tie"))
