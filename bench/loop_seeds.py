@@ -47,22 +47,26 @@ def load(paths: list[Path]) -> list[Seed]:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise SystemExit(f"{path}: not a bench/loop.py figures file ({exc})") from exc
         for case, figures in cases.items():
-            base = {decoding: figures["base"][f"{decoding}_success"] for decoding in DECODINGS}
+            try:
+                base = {decoding: float(figures["base"][f"{decoding}_success"]) for decoding in DECODINGS}
+                points = list(figures["points"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise SystemExit(f"{path}: the {case} case has no base policy figures or rounds ({exc!r})") from exc
             seed = seeds.setdefault(seed_number, Seed(seed_number, base))
             if not all(math.isclose(base[d], seed.base[d]) for d in DECODINGS):
                 raise SystemExit(
                     f"{path}: seed {seed_number}'s {case} case started from a base policy at {base}, another file's "
                     f"case of that seed from {seed.base}: not the same base policy"
                 )
-            if not figures["points"]:
+            if not points:
                 raise SystemExit(f"{path}: the {case} case has no rounds")
-            seed.cases[case] = figures["points"]
+            seed.cases[case] = points
     return [seeds[number] for number in sorted(seeds)]
 
 
-def mean_and_stderr(values: list[float]) -> tuple[float, float]:
-    """The mean and its standard error across seeds (nan with one value)."""
-    stderr = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+def mean_and_stderr(values: list[float]) -> tuple[float, float | None]:
+    """The mean and its standard error across seeds (None with one value)."""
+    stderr = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
     return statistics.fmean(values), stderr
 
 
@@ -143,10 +147,11 @@ def report(seeds: list[Seed], summary: dict[str, Any]) -> None:
         print(f"{seed.seed:>4}  {base:>23}" + "".join(f"  {cell}" for cell in cells))
     means = []
     for case in cases:
-        texts = [
-            f"{_points(summary['cases'][case][d]['mean'])} ± {summary['cases'][case][d]['stderr'] * 100:.1f}"
-            for d in DECODINGS
-        ]
+        texts = []
+        for decoding in DECODINGS:
+            figures = summary["cases"][case][decoding]
+            spread = f" ± {figures['stderr'] * 100:.1f}" if figures["stderr"] is not None else ""
+            texts.append(_points(figures["mean"]) + spread)
         means.append(f"{' / '.join(texts):>25}")
     print(f"{'mean':>4}  {'(± across seeds)':>23}" + "".join(f"  {cell}" for cell in means))
     print()

@@ -145,6 +145,10 @@ def test_loop_seeds_refuses_one_seed_on_two_base_policies_and_unequal_schedules(
     apart = loop_seeds.summarise(loop_seeds.load([one, elsewhere]))
     assert "share_of_oracle" not in apart["cases"]["random"]["sampled"]
     assert apart["cases"]["oracle"]["sampled"]["mean"] == pytest.approx(0.1)
+    assert apart["cases"]["oracle"]["sampled"]["stderr"] is None  # one seed: no spread across seeds
+    (tmp_path / "no-base.json").write_text('{"settings": {"seed": 6}, "cases": {"random": {"points": []}}}')
+    with pytest.raises(SystemExit, match="the random case has no base policy figures"):
+        loop_seeds.load([tmp_path / "no-base.json"])
     (tmp_path / "junk.json").write_text("{}")
     with pytest.raises(SystemExit, match="not a bench/loop.py figures file"):
         loop_seeds.load([tmp_path / "junk.json"])
