@@ -460,7 +460,9 @@ def write_manifest(
     }
     path = Path(output_dir) / ARTIFACT_MANIFEST
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".part")
+    # Each process writes its own partial file: where several processes of one launch write the manifest, one's
+    # rename must not take the file another is about to rename (the loser failed with FileNotFoundError).
+    partial = path.with_name(f"{path.name}.{os.getpid()}.part")
     partial.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     partial.replace(path)
     return path

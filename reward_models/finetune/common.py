@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reward_models.common import (
+    ARTIFACT_MANIFEST,
     PRECISIONS,
     ConfigError,
     Reporter,
@@ -450,7 +452,11 @@ def save_trained_policy(
 ) -> Path:
     """Write the trained policy into `config.output_dir`: an ordinary Hugging Face directory (LoRA adapters merged)
     with `tandem_policy.json` (the starting policy's history window and token budget) and the manifest, which is
-    written last, so its presence means the directory is complete."""
+    written last, so its presence means the directory is complete. Under `torchrun` or `accelerate launch` only the
+    first process writes (every process holds the same weights); the others return the manifest's path at once."""
+    path = Path(config.output_dir) / ARTIFACT_MANIFEST
+    if os.environ.get("RANK", "0") != "0":
+        return path
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     save_policy(
