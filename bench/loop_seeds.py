@@ -124,6 +124,11 @@ def _points(value: float) -> str:
     return f"{value * 100:+.1f}"
 
 
+def _with_spread(value: float, stderr: float | None) -> str:
+    """`+5.0 ± 3.5` in points; the value alone where there is no standard error."""
+    return _points(value) + (f" ± {stderr * 100:.1f}" if stderr is not None else "")
+
+
 def report(seeds: list[Seed], summary: dict[str, Any]) -> None:
     cases = list(summary["cases"])
     print("Change in held-out success after the last round, sampled / greedy (points, ± paired standard error)")
@@ -137,21 +142,16 @@ def report(seeds: list[Seed], summary: dict[str, Any]) -> None:
                 cells.append(f"{'—':>25}")
                 continue
             last = seed.cases[case][-1]
-            texts = []
-            for decoding in DECODINGS:
-                stderr = last.get("gains", {}).get(f"{decoding}_gain_stderr")
-                spread = f" ± {stderr * 100:.1f}" if stderr is not None else ""
-                texts.append(_points(seed.gains(case, decoding)[-1]) + spread)
+            texts = [
+                _with_spread(seed.gains(case, d)[-1], last.get("gains", {}).get(f"{d}_gain_stderr")) for d in DECODINGS
+            ]
             cells.append(f"{' / '.join(texts):>25}")
         base = f"{seed.base['sampled']:.1%} / {seed.base['greedy']:.1%}"
         print(f"{seed.seed:>4}  {base:>23}" + "".join(f"  {cell}" for cell in cells))
     means = []
     for case in cases:
-        texts = []
-        for decoding in DECODINGS:
-            figures = summary["cases"][case][decoding]
-            spread = f" ± {figures['stderr'] * 100:.1f}" if figures["stderr"] is not None else ""
-            texts.append(_points(figures["mean"]) + spread)
+        figures = summary["cases"][case]
+        texts = [_with_spread(figures[d]["mean"], figures[d]["stderr"]) for d in DECODINGS]
         means.append(f"{' / '.join(texts):>25}")
     print(f"{'mean':>4}  {'(± across seeds)':>23}" + "".join(f"  {cell}" for cell in means))
     print()

@@ -255,11 +255,16 @@ def _cli_parser(name: str, allowed: set[type]) -> Callable[[str], Any]:
     return parse
 
 
+def first_process() -> bool:
+    """Whether this is the first process of an `accelerate launch` or `torchrun` launch (or the only process)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def cli(cls: type[C], main: Callable[..., dict[str, Any]], description: str | None = None, argv=None) -> None:
     """The `python -m reward_models.<pipeline>` entry: parse flags, train with a console reporter, print the
     summary as JSON on stdout. Under `accelerate launch` or `torchrun` only the first process reports and prints."""
     config = parse_cli(cls, argv, (description or "").split("\n\n")[0] or None)
-    first = os.environ.get("RANK", "0") == "0"
+    first = first_process()
     summary = main(config, ConsoleReporter() if first else SilentReporter())
     if first:
         print(json.dumps(summary, indent=2, default=str))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from reward_models.common import (
     Reporter,
     checkpoint_dir,
     finished_summary,
+    first_process,
     fresh_accelerator,
     require,
     resolve_precision,
@@ -455,7 +455,7 @@ def save_trained_policy(
     written last, so its presence means the directory is complete. Under `torchrun` or `accelerate launch` only the
     first process writes (every process holds the same weights); the others return the manifest's path at once."""
     path = Path(config.output_dir) / ARTIFACT_MANIFEST
-    if os.environ.get("RANK", "0") != "0":
+    if not first_process():
         return path
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()

@@ -12,13 +12,17 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "loop.py"
 
 
-@pytest.fixture(scope="module")
-def loop():
-    spec = importlib.util.spec_from_file_location("loop_bench", BENCH)
+def _load_bench(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def loop():
+    return _load_bench(BENCH, "loop_bench")
 
 
 def test_the_oracle_pair_accuracy_is_split_by_pair_type(loop):
@@ -39,11 +43,7 @@ SEEDS_BENCH = BENCH.with_name("loop_seeds.py")
 
 @pytest.fixture(scope="module")
 def loop_seeds():
-    spec = importlib.util.spec_from_file_location("loop_seeds_bench", SEEDS_BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return _load_bench(SEEDS_BENCH, "loop_seeds_bench")
 
 
 def _figures(loop, tmp_path, name, seed, base, cases):
