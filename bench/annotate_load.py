@@ -2,7 +2,11 @@
 
 It creates a fresh PostgreSQL database (from DATABASE_URL, else postgres://tandem:tandem@127.0.0.1:5432/tandem_bench;
 the database name must contain "bench", because it is dropped first), migrates it, seeds a gridworld project with
-trajectories, comparison items and N annotators, and starts gunicorn on it. Then every simulated annotator (a
+trajectories, comparison items and N annotators, and starts gunicorn on it. The project has been labelled for a
+while before the run (--labelled-before labels by earlier annotators, 10,000 by default) and its tables analysed, as
+autovacuum keeps them in a running deployment: on an empty database PostgreSQL plans the first statements for empty
+tables (sequential scans of the assignments) and keeps those plans until autovacuum analyses the tables again, a
+minute or more later, which is longer than the run. Then every simulated annotator (a
 thread with its own keep-alive connection) logs in through the login form, opens the compare page, and repeatedly
 thinks for a while and sends the real submit-and-next POST (htmx headers, the page's CSRF token and client token),
 reading the next item out of the answer. It prints the labels per second sustained after a warm-up, the p50/p99
@@ -35,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode, urlparse
@@ -54,6 +59,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes.")
     parser.add_argument("--threads", type=int, default=2, help="gunicorn threads per worker (gthread).")
     parser.add_argument("--overlap", type=int, default=2, help="Labels wanted per comparison item.")
+    parser.add_argument(
+        "--labelled-before", type=int, default=10_000, help="Labels the project had before the run (by others)."
+    )
     parser.add_argument("--port", type=int, default=0, help="Port for gunicorn; 0 picks a free one.")
     parser.add_argument("--keep-database", action="store_true", help="Leave the benchmark database in place.")
     return parser.parse_args()
@@ -130,17 +138,19 @@ def gridworld_steps(env, spec: dict, rng: random.Random, skill: float) -> list[d
 
 
 def seed(args: argparse.Namespace, items_wanted: int) -> tuple[int, list[str]]:
-    """A gridworld project with enough comparison items and the annotators. Returns the project id and usernames."""
+    """A gridworld project with enough comparison items, the labels it had before the run, and the annotators.
+    Returns the project id and the annotators' usernames."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.hashers import make_password
-    from django.db import transaction
+    from django.db import connection, transaction
 
     from feedback_app import queue
     from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Project, Step, Task, Trajectory
     from reward_models.envs.gridworld import GridWorld
 
     env, rng = GridWorld(), random.Random(0)
-    tasks = -(-items_wanted // PAIRS_PER_TASK)
+    items_done = -(-args.labelled_before // args.overlap)
+    tasks = -(-(items_wanted + items_done) // PAIRS_PER_TASK)
     with transaction.atomic():
         spec = EnvironmentSpec.objects.create(name="gridworld", dotted_path="reward_models.envs.gridworld.GridWorld")
         project = Project.objects.create(
@@ -175,18 +185,61 @@ def seed(args: argparse.Namespace, items_wanted: int) -> tuple[int, list[str]]:
             ),
             batch_size=2000,
         )
-        queue.enqueue_comparisons(project, queue.pairs_within_tasks(trajectories))
+        items = queue.enqueue_comparisons(project, queue.pairs_within_tasks(trajectories))
         password = make_password(PASSWORD)  # hashed once: every annotator shares it
         users = get_user_model().objects.bulk_create(
             get_user_model()(username=f"bench-{n:03d}", password=password) for n in range(args.annotators)
         )
         Membership.objects.bulk_create(Membership(user=user, project=project, role="annotator") for user in users)
+        label_before(project, items[:items_done], password, rng)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
     mean_steps = statistics.mean(len(steps) for _, steps in episodes)
     print(
         f"seeded {len(trajectories)} trajectories ({mean_steps:.1f} steps on average), "
-        f"{tasks * PAIRS_PER_TASK} comparison items × overlap {args.overlap}, {len(users)} annotators"
+        f"{len(items)} comparison items × overlap {args.overlap} ({items_done} labelled before the run), "
+        f"{len(users)} annotators"
     )
     return project.pk, [user.username for user in users]
+
+
+EARLIER = "earlier-"  # the usernames of the annotators who labelled before the run
+
+
+def label_before(project, items: list, password: str, rng: random.Random) -> None:
+    """Fill `items` with labels by earlier annotators, as the queue would have: a done assignment per slot and its
+    comparison, the items' completed counts at their overlap."""
+    from django.contrib.auth import get_user_model
+    from django.db.models import F
+    from django.utils import timezone
+
+    from feedback_app.models import Assignment, Comparison, Membership, QueueItem
+    from feedback_app.models.queue import AssignmentStatus
+
+    users = get_user_model().objects.bulk_create(
+        get_user_model()(username=f"{EARLIER}{n:02d}", password=password) for n in range(20)
+    )
+    Membership.objects.bulk_create(Membership(user=user, project=project, role="annotator") for user in users)
+    now = timezone.now()
+    slots = [(item, slot, user) for item in items for slot, user in enumerate(rng.sample(users, item.overlap))]
+    assignments = Assignment.objects.bulk_create(
+        (
+            Assignment(item=item, annotator=user, slot=slot, status=AssignmentStatus.DONE, leased_until=now,
+                       finished_at=now)
+            for item, slot, user in slots
+        ),
+        batch_size=2000,
+    )  # fmt: skip
+    Comparison.objects.bulk_create(
+        (
+            Comparison(project=project, annotator=user, assignment=assignment, trajectory_a_id=item.trajectory_id,
+                       trajectory_b_id=item.other_trajectory_id, choice=rng.choice(["a", "b", "tie", "both_bad"]),
+                       strength=rng.choice([1, 2, 3]), client_token=uuid.uuid4(), seconds_spent=rng.uniform(2, 20))
+            for (item, _, user), assignment in zip(slots, assignments, strict=True)
+        ),
+        batch_size=2000,
+    )  # fmt: skip
+    QueueItem.objects.filter(pk__in=[item.pk for item in items]).update(completed_count=F("overlap"))
 
 
 def free_port() -> int:
@@ -321,7 +374,8 @@ class Annotator:
 
 
 def check_database(project_pk: int, overlap: int, successful: int) -> list[str]:
-    """The invariants after the run: one stored label per successful submit, no item labelled beyond its overlap."""
+    """The invariants after the run: one stored label per successful submit, no item labelled beyond its overlap
+    (the labels from before the run included)."""
     from django.db import connections
     from django.db.models import Count, F, Q
 
@@ -331,8 +385,9 @@ def check_database(project_pk: int, overlap: int, successful: int) -> list[str]:
     connections.close_all()
     problems = []
     stored = Comparison.objects.filter(project_id=project_pk).count()
-    if stored != successful:
-        problems.append(f"{stored} comparisons stored but {successful} submits succeeded")
+    during = Comparison.objects.filter(project_id=project_pk).exclude(annotator__username__startswith=EARLIER).count()
+    if during != successful:
+        problems.append(f"{during} comparisons stored during the run but {successful} submits succeeded")
     done = Q(assignments__status=AssignmentStatus.DONE)
     items = QueueItem.objects.filter(project_id=project_pk).annotate(done=Count("assignments", filter=done))
     pairs = Comparison.objects.filter(project_id=project_pk, is_current=True).values("trajectory_a", "trajectory_b")

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 
 class Rows:
@@ -51,12 +51,13 @@ class Rows:
                 (column, [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)])
                 for column in columns
             ]
+        db = connections[DEFAULT_DB_ALIAS]  # `connection` is a proxy that looks the connection up on every use
         values = []
         for value, (column, converters) in zip(row[: self.width], self._converters, strict=True):
             for convert in converters:
-                value = convert(value, column, connection)
+                value = convert(value, column, db)
             values.append(value)
-        return self.model.from_db(connection.alias, self.attnames, values)
+        return self.model.from_db(DEFAULT_DB_ALIAS, self.attnames, values)
 
     def insert(self, instance) -> None:
         """Store the new `instance` as save() would (auto_now_add fields are filled in), without its signals; its
@@ -108,12 +109,13 @@ def sql_cursor():
     """A cursor for the statements written here: Django's (errors, query logging and the test suite's query counts
     work as for any other), and on PostgreSQL one that prepares each statement, unless DATABASE_PREPARED_STATEMENTS
     is off (for a connection pooler that cannot keep prepared statements)."""
-    if connection.vendor != "postgresql" or not settings.DATABASE_PREPARED_STATEMENTS:
-        return connection.cursor()
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
+    db = connections[DEFAULT_DB_ALIAS]  # looked up once: each use of the `connection` proxy looks it up again
+    if db.vendor != "postgresql" or not settings.DATABASE_PREPARED_STATEMENTS:
+        return db.cursor()
+    db.close_if_health_check_failed()
+    db.ensure_connection()
     # Django switches psycopg's preparing off (None); any number turns it on, and the preparing cursor asks for it.
     # Django's own cursors bind on the client and are never prepared, so only these statements are.
-    connection.connection.prepare_threshold = _NEVER_BY_COUNT
-    with connection.wrap_database_errors:
-        return connection._prepare_cursor(_preparing_cursor_class()(connection.connection))
+    db.connection.prepare_threshold = _NEVER_BY_COUNT
+    with db.wrap_database_errors:
+        return db._prepare_cursor(_preparing_cursor_class()(db.connection))
