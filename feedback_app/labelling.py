@@ -146,6 +146,7 @@ def submit_comparison(
         # canonical order), and the database constraints still hold; skipping it saves some twenty queries on the
         # annotators' busiest request.
         validate=False,
+        insert_first=assignment.status == AssignmentStatus.LEASED,
     )
 
 
@@ -463,6 +464,7 @@ def _store(
     complete: bool = False,
     validate: bool = True,
     locked_head: Callable[[], LabelBase | None] | None = None,
+    insert_first: bool = False,
 ) -> Stored:
     """Insert `new` (or revise the user's current label of the same item) and complete the assignment, atomically.
 
@@ -470,10 +472,18 @@ def _store(
     unique index; the label that won is returned instead. `current()` gives the query of the user's current label of
     the same item (built only when it is needed: building it is a good part of a comparison submit's CPU), and
     `locked_head` reads what it holds, with its row locked, when the caller has a faster way.
+
+    With `insert_first` (for a caller that has validated `new` and knows the user almost surely has no current label
+    of the item, as on a leased assignment's first submit) `new` is inserted at once, unless a unique index holds
+    another label it would clash with; only then is the current label looked up. That saves a statement on the
+    annotators' busiest request.
     """
     try:
         with transaction.atomic():
-            head = locked_head() if locked_head else current().select_for_update().first()
+            if insert_first and _rows(model).insert(new, unless_conflict=True):
+                head, label, created = None, new, True
+            else:
+                head = locked_head() if locked_head else current().select_for_update().first()
             if head is not None:
                 if all(getattr(head, name) == value for name, value in changes.items()):
                     label, created = head, False
@@ -485,7 +495,7 @@ def _store(
                         assignment=assignment,
                     )
                     created = True
-            else:
+            elif new.pk is None:
                 if validate:
                     new.full_clean(exclude=["assignment", "supersedes"])
                 _rows(model).insert(new)

@@ -219,14 +219,18 @@ def complete(assignment: Assignment, *, now: datetime | None = None) -> Assignme
     if assignment.status == AssignmentStatus.LEASED and assignment.leased_until >= now:
         # A live lease holds its slot, so the item has room: count the label at once, unless the assignment is no
         # longer leased in the database. Updating the item first takes its row lock in the same order as _take_one
-        # (item, then its assignments).
+        # (item, then its assignments). PostgreSQL marks the assignment done in the same statement.
+        params = [assignment.item_id, assignment.pk, AssignmentStatus.LEASED]
         with sql_cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {_ITEMS.name} SET completed_count = completed_count + 1 WHERE id = %s AND EXISTS "
-                f"(SELECT 1 FROM {_ASSIGNMENTS.table} WHERE a.id = %s AND a.status = %s)",
-                [assignment.item_id, assignment.pk, AssignmentStatus.LEASED],
-            )
-            counted = cursor.rowcount == 1
+            if connection.vendor == "postgresql":
+                cursor.execute(_COUNT_AND_FINISH_SQL, [*params, AssignmentStatus.DONE, moment(now), assignment.pk])
+                finished = counted = cursor.rowcount == 1
+            else:
+                cursor.execute(_COUNT_SQL, params)
+                counted, finished = cursor.rowcount == 1, False
+        if finished:
+            assignment.status, assignment.finished_at = AssignmentStatus.DONE, now
+            return assignment
     if not counted:
         item = QueueItem.objects.select_for_update().get(pk=assignment.item_id)
         stored = Assignment.objects.get(pk=assignment.pk)
@@ -250,6 +254,17 @@ def complete(assignment: Assignment, *, now: datetime | None = None) -> Assignme
             [assignment.slot, assignment.status, moment(now), assignment.pk],
         )
     return assignment
+
+
+_COUNT_SQL = (
+    f"UPDATE {_ITEMS.name} SET completed_count = completed_count + 1 WHERE id = %s AND EXISTS "
+    f"(SELECT 1 FROM {_ASSIGNMENTS.table} WHERE a.id = %s AND a.status = %s)"
+)
+# The item's update runs first (the main statement reads its result), so the locks are taken item first here too.
+_COUNT_AND_FINISH_SQL = f"""
+    WITH counted AS ({_COUNT_SQL} RETURNING id)
+    UPDATE {_ASSIGNMENTS.name} SET status = %s, finished_at = %s WHERE id = %s AND EXISTS (SELECT 1 FROM counted)
+"""
 
 
 def expire_leases(*, now: datetime | None = None) -> int:

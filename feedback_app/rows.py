@@ -35,7 +35,7 @@ class Rows:
         self.attnames = [field.attname for field in concrete]
         self.columns = ", ".join(f"{alias}.{quote(field.column)}" for field in concrete)
         self._inserted = [field for field in model._meta.concrete_fields if not field.primary_key]
-        self._insert_sql = "INSERT INTO {} ({}) VALUES ({}) RETURNING {}".format(
+        self._insert_sql = "INSERT INTO {} ({}) VALUES ({}) {{}} RETURNING {}".format(
             self.name,
             ", ".join(quote(field.column) for field in self._inserted),
             ", ".join(["%s"] * len(self._inserted)),
@@ -59,14 +59,20 @@ class Rows:
             values.append(value)
         return self.model.from_db(DEFAULT_DB_ALIAS, self.attnames, values)
 
-    def insert(self, instance) -> None:
+    def insert(self, instance, *, unless_conflict: bool = False) -> bool:
         """Store the new `instance` as save() would (auto_now_add fields are filled in), without its signals; its
-        primary key comes back from the database."""
+        primary key comes back from the database. With `unless_conflict`, a row that a unique index refuses is not
+        stored (ON CONFLICT DO NOTHING, on PostgreSQL and SQLite alike) and False is returned, instead of raising
+        IntegrityError and spoiling the transaction."""
         values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in self._inserted]
         with sql_cursor() as db:
-            db.execute(self._insert_sql, values)
-            instance.pk = db.fetchone()[0]
-        instance._state.adding, instance._state.db = False, connection.alias
+            db.execute(self._insert_sql.format("ON CONFLICT DO NOTHING" if unless_conflict else ""), values)
+            row = db.fetchone()
+        if row is None:
+            return False
+        instance.pk = row[0]
+        instance._state.adding, instance._state.db = False, DEFAULT_DB_ALIAS
+        return True
 
 
 MAX_ID = 2**63 - 1  # an id from a URL beyond this is nobody's (and SQLite cannot take it as a parameter)
