@@ -6,13 +6,13 @@ trajectories, comparison items and N annotators, and starts gunicorn on it. The 
 while before the run (--labelled-before labels by earlier annotators, 10,000 by default) and its tables analysed, as
 autovacuum keeps them in a running deployment: on an empty database PostgreSQL plans the first statements for empty
 tables (sequential scans of the assignments) and keeps those plans until autovacuum analyses the tables again, a
-minute or more later, which is longer than the run. Then every simulated annotator (a
-thread with its own keep-alive connection) logs in through the login form, opens the compare page, and repeatedly
-thinks for a while and sends the real submit-and-next POST (htmx headers, the page's CSRF token and client token),
-reading the next item out of the answer. It prints the labels per second sustained after a warm-up, the p50/p99
-latency of the submit-and-next request, the CPU that gunicorn, PostgreSQL and the client used, and checks that the
-stored labels equal the successful submits and that no item got more labels than its overlap. The database is
-dropped at the end unless --keep-database is given.
+minute or more later, which is longer than the run. Then every simulated annotator (a thread with its own keep-alive
+connection) logs in through the login form, opens the compare page, and repeatedly thinks for a while and sends the
+real submit-and-next POST (htmx headers, the page's CSRF token and client token), reading the next item out of the
+answer. It prints the labels per second sustained after a warm-up, the p50/p99 latency of the submit-and-next
+request, the CPU that gunicorn, PostgreSQL and the client used, and checks that the labels stored during the run
+equal the successful submits and that no item got more labels than its overlap. The database is dropped at the end
+unless --keep-database is given.
 
     .venv/bin/python bench/annotate_load.py                      # 80 annotators: the server's ceiling
     .venv/bin/python bench/annotate_load.py --annotators 12      # latency below the ceiling
