@@ -146,9 +146,16 @@ def _open_item(project: Project, user, kind: str | None, is_gold: bool, now: dat
 def _take_one(project: Project, user, kind: str | None, is_gold: bool, now: datetime) -> Assignment | None:
     """Lease one open item. On PostgreSQL the item's row is locked, skipping rows that others hold; SQLite's
     IMMEDIATE transactions let one writer in at a time. The unique indexes catch whatever slips through; the
-    transaction is then rolled back and tried again."""
+    transaction is then rolled back and tried again.
+
+    Each try that fails means another annotator just took the item, so the queue moved on: giving up after a few
+    would tell an annotator that the queue is empty while it is not. On PostgreSQL the candidate is chosen from the
+    statement's snapshot, and a lease committed between that snapshot and the row lock fills the item under it,
+    which dozens of annotators racing for the first open item make likely. (With three tries, one load-bench run in
+    which this statement ran slowly told some annotators "Nothing left to compare" with 9,000 items open; that the
+    misses were the cause is likely, not confirmed.)"""
     locks = connection.features.has_select_for_update_skip_locked
-    for _ in range(3):
+    for _ in range(LEASE_ATTEMPTS):
         try:
             with transaction.atomic():
                 item = _open_item(project, user, kind, is_gold, now, "skip" if locks else "none")
@@ -166,6 +173,9 @@ def _take_one(project: Project, user, kind: str | None, is_gold: bool, now: date
             # Another request took this slot (or the user's own double request took this item).
             continue
     return None
+
+
+LEASE_ATTEMPTS = 50  # each failed one is a lease someone else got; the cap only guards against a bug looping forever
 
 
 def _lease(item: QueueItem, user, slot: int, until: datetime, now: datetime) -> Assignment:

@@ -259,3 +259,23 @@ def test_concurrent_annotators_never_share_a_slot_beyond_the_overlap(project, ma
     slots = {(a.item_id, a.slot) for a in taken}
     assert len(slots) == 6
     assert Assignment.objects.filter(status=AssignmentStatus.LEASED).count() == 6
+
+
+def test_items_filled_under_the_lease_do_not_make_the_queue_look_empty(
+    project, annotator, make_trajectory, monkeypatch
+):
+    """Under load the first open item is often filled by another annotator between the choice and the row lock; each
+    such miss must send the lease on to the next item, not end it with "nothing left" (it gave up after three)."""
+    queue.enqueue_trajectories(project, [make_trajectory(2) for _ in range(8)])
+    free_slot, misses = queue._free_slot, []
+
+    def filled_meanwhile(item, now):
+        if len(misses) < 6:
+            misses.append(item.pk)
+            return None
+        return free_slot(item, now)
+
+    monkeypatch.setattr(queue, "_free_slot", filled_meanwhile)
+    assignment = queue.next_assignment(annotator, project, rng=random.Random(0))
+    assert len(misses) == 6
+    assert assignment is not None and assignment.annotator == annotator
