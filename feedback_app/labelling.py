@@ -481,25 +481,19 @@ def _store(
     try:
         with transaction.atomic():
             if insert_first and _rows(model).insert(new, unless_conflict=True):
-                head, label, created = None, new, True
-            else:
-                head = locked_head() if locked_head else current().select_for_update().first()
-            if head is not None:
-                if all(getattr(head, name) == value for name, value in changes.items()):
-                    label, created = head, False
-                else:
-                    label = head.revise(
-                        **changes,
-                        client_token=new.client_token,
-                        seconds_spent=new.seconds_spent,
-                        assignment=assignment,
-                    )
-                    created = True
-            elif new.pk is None:
+                label, created = new, True
+            elif (head := locked_head() if locked_head else current().select_for_update().first()) is None:
                 if validate:
                     new.full_clean(exclude=["assignment", "supersedes"])
                 _rows(model).insert(new)
                 label, created = new, True
+            elif all(getattr(head, name) == value for name, value in changes.items()):
+                label, created = head, False
+            else:
+                label = head.revise(
+                    **changes, client_token=new.client_token, seconds_spent=new.seconds_spent, assignment=assignment
+                )
+                created = True
             if complete and assignment is not None:
                 queue.complete(assignment)
     except IntegrityError:

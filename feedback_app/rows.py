@@ -35,12 +35,15 @@ class Rows:
         self.attnames = [field.attname for field in concrete]
         self.columns = ", ".join(f"{alias}.{quote(field.column)}" for field in concrete)
         self._inserted = [field for field in model._meta.concrete_fields if not field.primary_key]
-        self._insert_sql = "INSERT INTO {} ({}) VALUES ({}) {{}} RETURNING {}".format(
+        insert = "INSERT INTO {} ({}) VALUES ({})".format(
             self.name,
             ", ".join(quote(field.column) for field in self._inserted),
             ", ".join(["%s"] * len(self._inserted)),
-            self.pk_column,
         )
+        self._insert_sql = {
+            False: f"{insert} RETURNING {self.pk_column}",
+            True: f"{insert} ON CONFLICT DO NOTHING RETURNING {self.pk_column}",
+        }
         self._converters = None
 
     def read(self, row) -> Any:
@@ -64,10 +67,11 @@ class Rows:
         primary key comes back from the database. With `unless_conflict`, a row that a unique index refuses is not
         stored (ON CONFLICT DO NOTHING, on PostgreSQL and SQLite alike) and False is returned, instead of raising
         IntegrityError and spoiling the transaction."""
-        values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in self._inserted]
-        with sql_cursor() as db:
-            db.execute(self._insert_sql.format("ON CONFLICT DO NOTHING" if unless_conflict else ""), values)
-            row = db.fetchone()
+        db = connections[DEFAULT_DB_ALIAS]
+        values = [field.get_db_prep_save(field.pre_save(instance, True), db) for field in self._inserted]
+        with sql_cursor() as cursor:
+            cursor.execute(self._insert_sql[unless_conflict], values)
+            row = cursor.fetchone()
         if row is None:
             return False
         instance.pk = row[0]
