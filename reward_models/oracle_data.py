@@ -43,7 +43,8 @@ MARGIN_BY_DIFFERENCE = ((0.5, 1.0), (0.2, 0.5), (0.0, 0.0))
 @dataclass
 class OracleEpisode:
     """One scripted episode and everything the oracle knows about it. `messages` is the trajectory conversation of
-    the exports: the instruction, then each step's observation (user) and decision (assistant)."""
+    the exports: the instruction, then each step's observation (user) and decision (assistant); it ends at the last
+    decision, and `final_observation` is where that decision led."""
 
     trajectory_id: int
     task_id: int
@@ -55,6 +56,7 @@ class OracleEpisode:
     step_correct: list[bool]
     score: float
     env_config: dict[str, Any] = field(default_factory=dict)
+    final_observation: str = ""
 
     @property
     def first_error(self) -> int | None:
@@ -105,6 +107,7 @@ def scripted_episodes(
                     step_correct=oracle.step_correct(actions),
                     score=oracle.progress_return(actions),
                     env_config=dict(env_config or {}),
+                    final_observation=observation,
                 )
             )
     return episodes
@@ -394,6 +397,7 @@ def policy_episodes(
                 step_correct=oracle.step_correct(episode.actions),
                 score=oracle.progress_return(episode.actions),
                 env_config=dict(env_config or {}),
+                final_observation=episode.final_observation,
             )
         )
     return episodes

@@ -115,3 +115,17 @@ def test_the_step_baseline_calls_a_step_good_when_its_action_goes_where_the_reas
     assert not bench.follows_reasoning("goal is down 2 left 0 ; action left")
     assert not bench.follows_reasoning("goal is down 2 left 1 ; action up")
     assert not bench.follows_reasoning("right")
+
+
+def test_with_final_observation_the_moves_judge_reads_where_the_last_action_led_and_the_baselines_do_not_change(
+    bench,
+):
+    near = episode(1, 1, ["goal is down 2 right 0", "goal is down 1 right 0"], success=False, score=0.5)
+    near.final_observation = "observation after"
+    plain = bench.judged_episode(near, bench.parse_args(["--models", "rm"]))
+    assert plain is near
+    judged = bench.judged_episode(near, bench.parse_args(["--models", "rm", "--final_observation"]))
+    assert judged.messages[:-1] == near.messages and len(near.messages) == 5  # the episode itself is not changed
+    viewed = judge_view(judged.messages, "moves")
+    assert [m["content"] for m in viewed if m["role"] == "user"] == ["observation 0", "", "observation after"]
+    assert bench.stated_distance(judged) == bench.stated_distance(near) == 1

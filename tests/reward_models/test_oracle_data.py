@@ -86,3 +86,12 @@ def test_returns_and_critiques_rows_round_trip_through_jsonl(tmp_path):
         assert f"step {episode.first_error + 1} is wrong" in by_id[episode.trajectory_id]["completion"][0]["content"]
     path = write_jsonl(critiques, tmp_path / "critiques.jsonl")
     assert [json.loads(line) for line in path.read_text().splitlines()] == critiques
+
+
+def test_an_episode_keeps_the_observation_its_last_action_led_to():
+    env = GridWorld()
+    for episode in scripted_episodes(6, per_task=2, seed=3):
+        observation = env.reset(env.make_task(episode.task_id))
+        for action in episode.actions:
+            observation = env.step(action).observation
+        assert episode.final_observation == observation
