@@ -6,10 +6,16 @@ trajectories, comparison items and N annotators, and starts gunicorn on it. The 
 while before the run (--labelled-before labels by earlier annotators, 10,000 by default) and its tables analysed, as
 autovacuum keeps them in a running deployment: on an empty database PostgreSQL plans the first statements for empty
 tables (sequential scans of the assignments) and keeps those plans until autovacuum analyses the tables again, a
-minute or more later, which is longer than the run. Then every simulated annotator (a thread with its own keep-alive
-connection) logs in through the login form, opens the compare page, and repeatedly thinks for a while and sends the
-real submit-and-next POST (htmx headers, the page's CSRF token and client token), reading the next item out of the
-answer. It prints the labels per second sustained after a warm-up, the p50/p99 latency of the submit-and-next
+minute or more later, which is longer than the run. Then every simulated annotator (a thread) logs in through the
+login form, opens the compare page, and repeatedly thinks for a while and sends the real submit-and-next POST (htmx
+headers, the page's CSRF token and client token), reading the next item out of the answer.
+
+Each request comes on a new connection (`--keep-alive 0`), as people's do: they think for seconds between labels,
+longer than gunicorn keeps an idle connection (2 s by default, the shipped setting), so their browsers reconnect for
+each label; a few dozen fast simulated annotators stand in for hundreds of people. Kept-alive connections
+(`--keep-alive 30`, this bench's setting until session 18) stay with the worker process that accepted them, the
+processes end up with unequal shares of the annotators, and the busiest one, whose threads share one core under
+Python's lock, sets the latency while the others idle. It prints the labels per second sustained after a warm-up, the p50/p99 latency of the submit-and-next
 request, the CPU that gunicorn, PostgreSQL and the client used, and checks that the labels stored during the run
 equal the successful submits and that no item got more labels than its overlap. The database is dropped at the end
 unless --keep-database is given.
@@ -58,6 +64,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=5, help="Seconds of load before measuring.")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes.")
     parser.add_argument("--threads", type=int, default=2, help="gunicorn threads per worker (gthread).")
+    parser.add_argument(
+        "--keep-alive",
+        type=int,
+        default=0,
+        help="gunicorn's keep-alive, seconds. 0: a new connection per request, as people's browsers make them.",
+    )
     parser.add_argument("--overlap", type=int, default=2, help="Labels wanted per comparison item.")
     parser.add_argument(
         "--labelled-before", type=int, default=10_000, help="Labels the project had before the run (by others)."
@@ -253,7 +265,7 @@ def start_gunicorn(args: argparse.Namespace, env: dict[str, str], port: int) -> 
         sys.executable, "-m", "gunicorn", "feedback_app.wsgi:application",
         "--bind", f"127.0.0.1:{port}",
         "--worker-class", "gthread", "--workers", str(args.workers), "--threads", str(args.threads),
-        "--keep-alive", "30", "--backlog", "2048", "--log-level", "warning",
+        "--keep-alive", str(args.keep_alive), "--backlog", "2048", "--log-level", "warning",
     ]  # fmt: skip
     server = subprocess.Popen(command, env=env, cwd=ROOT)
     deadline = time.monotonic() + 60
