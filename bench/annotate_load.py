@@ -8,17 +8,17 @@ autovacuum keeps them in a running deployment: on an empty database PostgreSQL p
 tables (sequential scans of the assignments) and keeps those plans until autovacuum analyses the tables again, a
 minute or more later, which is longer than the run. Then every simulated annotator (a thread) logs in through the
 login form, opens the compare page, and repeatedly thinks for a while and sends the real submit-and-next POST (htmx
-headers, the page's CSRF token and client token), reading the next item out of the answer.
+headers, the page's CSRF token and client token), reading the next item out of the answer. It prints the labels per
+second sustained after a warm-up, the p50/p99 latency of the submit-and-next request, the CPU that gunicorn,
+PostgreSQL and the client used, and checks that the labels stored during the run equal the successful submits and
+that no item got more labels than its overlap. The database is dropped at the end unless --keep-database is given.
 
 Each request comes on a new connection (`--keep-alive 0`), as people's do: they think for seconds between labels,
 longer than gunicorn keeps an idle connection (2 s by default, the shipped setting), so their browsers reconnect for
 each label; a few dozen fast simulated annotators stand in for hundreds of people. Kept-alive connections
 (`--keep-alive 30`, this bench's setting until session 18) stay with the worker process that accepted them, the
 processes end up with unequal shares of the annotators, and the busiest one, whose threads share one core under
-Python's lock, sets the latency while the others idle. It prints the labels per second sustained after a warm-up, the p50/p99 latency of the submit-and-next
-request, the CPU that gunicorn, PostgreSQL and the client used, and checks that the labels stored during the run
-equal the successful submits and that no item got more labels than its overlap. The database is dropped at the end
-unless --keep-database is given.
+Python's lock, sets the latency while the others idle.
 
     .venv/bin/python bench/annotate_load.py                      # 80 annotators: the server's ceiling
     .venv/bin/python bench/annotate_load.py --annotators 12      # latency below the ceiling
