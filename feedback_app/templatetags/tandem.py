@@ -3,6 +3,7 @@ from __future__ import annotations
 import markdown as markdown_lib
 import nh3
 from django import template
+from django.utils.formats import localize
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
@@ -35,6 +36,50 @@ def gridmap(rows: list[list[str]], step_number: int) -> SafeString:
 
     body = "".join("<tr>" + "".join(cell_html(str(cell)) for cell in row) + "</tr>" for row in rows)
     return mark_safe(f'<table class="gridmap" aria-label="map at step {int(step_number)}">{body}</table>')
+
+
+@register.simple_tag
+def step_card(step, show_outcomes: bool = False) -> SafeString:
+    """One step as the workspaces show it: header, the environment's render (a grid map, or the observation's text),
+    images, reasoning, action and tool calls. Built in Python for the same reason as `gridmap`: every compare page
+    shows a dozen or more steps, and as a template this was most of a trajectory's first render.
+
+    The observation, reasoning and action sit in ``data-span-field`` elements whose text is exactly the field's, so a
+    critique's span offsets count characters of the stored text."""
+    number = step.index + 1
+    reward = (
+        f' <span class="muted">reward {localize(step.env_reward)}</span>' if show_outcomes and step.env_reward else ""
+    )
+    parts = [
+        f'<article class="step card" id="step-{int(step.pk)}">',
+        f"<header><strong>Step {number}</strong>{reward}</header>",
+    ]
+    render = step.render if isinstance(step.render, dict) else {}
+    if render.get("kind") == "grid":
+        parts.append(gridmap(render.get("rows") or [], number))
+    elif step.observation:
+        # The span wrapper keeps a leading newline (the parser drops one right after <pre>), so offsets match.
+        parts.append(
+            f'<pre class="observation"><span data-span-field="observation">{escape(step.observation)}</span></pre>'
+        )
+    for item in step.media if isinstance(step.media, list) else []:
+        if isinstance(item, dict) and item.get("type") == "image":
+            alt = escape(item.get("caption") or "step media")
+            parts.append(f'<img src="{escape(item.get("url", ""))}" alt="{alt}" class="media">')
+    if step.reasoning:
+        parts.append(
+            '<p class="reasoning"><span class="muted">reasoning</span> <span class="field-text" '
+            f'data-span-field="reasoning">{escape(step.reasoning)}</span></p>'
+        )
+    parts.append(
+        '<p class="action"><span class="muted">action</span> <code class="field-text" '
+        f'data-span-field="action">{escape(step.action)}</code></p>'
+    )
+    for call in step.tool_calls if isinstance(step.tool_calls, list) else []:
+        if isinstance(call, dict):
+            text = f"{call.get('name', '')}({call.get('arguments', '')})"
+            parts.append(f'<p class="tool-call"><span class="muted">tool</span> <code>{escape(text)}</code></p>')
+    return mark_safe(parts[0] + "\n  " + "\n  ".join(parts[1:]) + "\n</article>")
 
 
 # Guidelines are written by researchers but read by everyone, so the HTML that markdown makes is cleaned: no

@@ -16,7 +16,6 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
-from django.template.loader import get_template
 from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET, require_POST
@@ -26,6 +25,7 @@ from feedback_app import labelling, queue
 from feedback_app.access import get_project_for_member, sees_outcomes
 from feedback_app.models import Assignment, LabelKind, Membership, PolicyVersion, Project, Step, Task, Trajectory
 from feedback_app.rows import Rows, fetch_all
+from feedback_app.templatetags.tandem import step_card
 from feedback_app.views.workspace import get_own_assignment
 
 TEMPLATE = "feedback_app/compare.html"
@@ -176,16 +176,15 @@ _STEPS_SQL = "SELECT {} FROM {} WHERE s.trajectory_id = %s ORDER BY s.{}".format
 
 
 def _rendered_steps(trajectory: Trajectory, show_outcomes: bool) -> dict[int, SafeString]:
-    """The trajectory's steps rendered with _step.html, by index."""
+    """The trajectory's steps rendered by `step_card`, by index."""
     global _step_cache_characters
     key = (trajectory.pk, trajectory.created_at, show_outcomes)
     with _STEP_CACHE_LOCK:
         if (cached := _STEP_CACHE.get(key)) is not None:
             _STEP_CACHE.move_to_end(key)
             return cached[0]
-    template = get_template("feedback_app/_step.html")
     steps = [_STEPS.read(row) for row in fetch_all(_STEPS_SQL, [trajectory.pk])]
-    rendered = {s.index: mark_safe(template.render({"step": s, "show_outcomes": show_outcomes})) for s in steps}
+    rendered = {step.index: step_card(step, show_outcomes) for step in steps}
     size = sum(map(len, rendered.values()))
     with _STEP_CACHE_LOCK:
         if key not in _STEP_CACHE:  # another thread may have rendered it meanwhile
