@@ -34,12 +34,11 @@ class Rows:
         self.width = len(concrete)
         self.attnames = [field.attname for field in concrete]
         self.columns = ", ".join(f"{alias}.{quote(field.column)}" for field in concrete)
-        self._inserted = [field for field in model._meta.concrete_fields if not field.primary_key]
-        insert = "INSERT INTO {} ({}) VALUES ({})".format(
-            self.name,
-            ", ".join(quote(field.column) for field in self._inserted),
-            ", ".join(["%s"] * len(self._inserted)),
-        )
+        # What an INSERT of `values(instance)` names: the fields, their columns and placeholders, in the same order.
+        self.inserted = [field for field in model._meta.concrete_fields if not field.primary_key]
+        self.inserted_columns = ", ".join(quote(field.column) for field in self.inserted)
+        self.placeholders = ", ".join(["%s"] * len(self.inserted))
+        insert = f"INSERT INTO {self.name} ({self.inserted_columns}) VALUES ({self.placeholders})"
         self._insert_sql = {
             False: f"{insert} RETURNING {self.pk_column}",
             True: f"{insert} ON CONFLICT DO NOTHING RETURNING {self.pk_column}",
@@ -67,16 +66,23 @@ class Rows:
         primary key comes back from the database. With `unless_conflict`, a row that a unique index refuses is not
         stored (ON CONFLICT DO NOTHING, on PostgreSQL and SQLite alike) and False is returned, instead of raising
         IntegrityError and spoiling the transaction."""
-        db = connections[DEFAULT_DB_ALIAS]
-        values = [field.get_db_prep_save(field.pre_save(instance, True), db) for field in self._inserted]
         with sql_cursor() as cursor:
-            cursor.execute(self._insert_sql[unless_conflict], values)
+            cursor.execute(self._insert_sql[unless_conflict], self.values(instance))
             row = cursor.fetchone()
         if row is None:
             return False
-        instance.pk = row[0]
-        instance._state.adding, instance._state.db = False, DEFAULT_DB_ALIAS
+        self.stored(instance, row[0])
         return True
+
+    def values(self, instance) -> list:
+        """The new `instance`'s values for `inserted_columns`, as save() would store them (auto_now_add filled in)."""
+        db = connections[DEFAULT_DB_ALIAS]
+        return [field.get_db_prep_save(field.pre_save(instance, True), db) for field in self.inserted]
+
+    def stored(self, instance, pk) -> None:
+        """Mark `instance` as the row that was just inserted with primary key `pk`."""
+        instance.pk = pk
+        instance._state.adding, instance._state.db = False, DEFAULT_DB_ALIAS
 
 
 MAX_ID = 2**63 - 1  # an id from a URL beyond this is nobody's (and SQLite cannot take it as a parameter)

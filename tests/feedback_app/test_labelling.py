@@ -59,6 +59,36 @@ def test_a_comparison_is_stored_with_its_order_and_completes_the_assignment(anno
     assert comparison_assignment.item.completed_count == 1
 
 
+def test_on_postgresql_a_live_lease_s_label_is_stored_and_counted_in_one_statement(
+    annotator, comparison_assignment, django_assert_num_queries
+):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has no data-modifying WITH; it stores and counts in a transaction")
+    assert comparison_assignment.item.project.pk  # the view has the project already
+    with django_assert_num_queries(1):  # no savepoint or transaction around it either
+        stored = labelling.submit_comparison(annotator, comparison_assignment, choice="a", strength=1)
+    assert stored.created and stored.label.pk is not None
+    assert Comparison.objects.get(pk=stored.label.pk).choice == "a"
+    comparison_assignment.refresh_from_db()
+    assert comparison_assignment.status == AssignmentStatus.DONE and comparison_assignment.finished_at is not None
+    assert comparison_assignment.item.completed_count == 1
+
+
+def test_a_comparison_on_an_expired_lease_is_kept_while_the_item_needs_labels(annotator, comparison_assignment):
+    from feedback_app.models import Assignment
+
+    expired = timezone.now() - timedelta(minutes=1)
+    Assignment.objects.filter(pk=comparison_assignment.pk).update(leased_until=expired)
+    comparison_assignment.leased_until = expired
+    stored = labelling.submit_comparison(annotator, comparison_assignment, choice="b")
+    assert stored.created and Comparison.objects.filter(annotator=annotator, choice="b").count() == 1
+    comparison_assignment.refresh_from_db()
+    assert comparison_assignment.status == AssignmentStatus.DONE
+    assert comparison_assignment.item.completed_count == 1
+
+
 def test_a_retried_submit_with_the_same_token_stores_one_label(annotator, comparison_assignment):
     token = uuid.uuid4()
     first = labelling.submit_comparison(annotator, comparison_assignment, choice="a", client_token=token)
