@@ -96,15 +96,25 @@ def _assignment_with_item(condition: str, params: list, project: Project, user, 
 
 
 def next_assignment(
-    user, project: Project, *, kind: str | None = None, now: datetime | None = None, rng: random.Random | None = None
+    user,
+    project: Project,
+    *,
+    kind: str | None = None,
+    now: datetime | None = None,
+    rng: random.Random | None = None,
+    resume: bool = True,
 ) -> Assignment | None:
     """Lease the next item for `user`: the current lease if there is one, else the highest-priority open item.
 
     Gold items are mixed in unannounced: with probability `project.gold_fraction` a gold item is preferred, while
     the user has gold items left. Returns None when nothing is left for this user.
+
+    `resume=False` skips the look for a current lease, for a caller that has just finished the user's live lease of
+    `kind`: while a lease is live, asking for the next item gives that lease back, so the user holds no other (unless
+    two requests raced to make the first; the second lease then runs out and its slot returns to the pool).
     """
     now = now or timezone.now()
-    resumed = current_assignment(project, user, kind=kind, now=now)
+    resumed = current_assignment(project, user, kind=kind, now=now) if resume else None
     if resumed is not None:
         return resumed
     prefer_gold = (rng or random).random() < project.gold_fraction

@@ -17,6 +17,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -24,6 +25,7 @@ from django.views.decorators.vary import vary_on_headers
 from feedback_app import labelling, queue
 from feedback_app.access import get_project_for_member, sees_outcomes
 from feedback_app.models import Assignment, LabelKind, Membership, PolicyVersion, Project, Step, Task, Trajectory
+from feedback_app.models.queue import AssignmentStatus
 from feedback_app.rows import Rows, fetch_all
 from feedback_app.templatetags.tandem import step_card
 from feedback_app.views.workspace import get_own_assignment
@@ -70,8 +72,9 @@ def compare_submit(request: HttpRequest, project_pk: int, assignment_pk: int) ->
     if not form.is_valid():
         return _workspace(request, project, membership, assignment, form=form, status=400)
     data = form.cleaned_data
+    was_live = assignment.status == AssignmentStatus.LEASED and assignment.leased_until >= timezone.now()
     try:
-        labelling.submit_comparison(
+        stored = labelling.submit_comparison(
             request.user,
             assignment,
             choice=labelling.canonical_choice(data["choice"], labelling.displayed_order(assignment)),
@@ -88,7 +91,10 @@ def compare_submit(request: HttpRequest, project_pk: int, assignment_pk: int) ->
         return _workspace(request, project, membership, following, notice=str(exc), status=409)
     if not request.htmx:
         return HttpResponseRedirect(reverse("compare-next", args=[project.pk]), status=303)
-    following = queue.next_assignment(request.user, project, kind=LabelKind.COMPARISON)
+    # This submit finished the user's live lease, so there is none of this kind to resume (queue.next_assignment):
+    # one query fewer. A repeated submit stored nothing, and gets the lease that the first one took.
+    resume = not (was_live and stored.created)
+    following = queue.next_assignment(request.user, project, kind=LabelKind.COMPARISON, resume=resume)
     return _workspace(request, project, membership, following)
 
 

@@ -282,6 +282,10 @@ def test_a_double_submit_stores_one_label(client, annotator, project, two_pairs)
     assert first.status_code == second.status_code == 200
     assert Comparison.objects.count() == 1
     assert QueueItem.objects.get(pk=assignment.item_id).completed_count == 1
+    # The repeat shows the next item the first submit leased, and leases nothing more.
+    served = [re.search(r"/compare/(\d+)/", response.content.decode()).group(1) for response in (first, second)]
+    assert served[0] == served[1] != str(assignment.pk)
+    assert Assignment.objects.filter(annotator=annotator, status=AssignmentStatus.LEASED).count() == 1
 
 
 def test_without_htmx_a_submit_redirects_to_the_next_item(client, annotator, project, pair):

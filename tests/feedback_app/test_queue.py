@@ -113,6 +113,13 @@ def test_on_postgresql_a_plain_lease_is_one_statement_and_an_expired_lease_is_le
     assert Assignment.objects.get(pk=leased.pk).status == AssignmentStatus.EXPIRED
 
 
+def test_without_resume_the_next_item_is_leased_even_while_a_lease_is_live(project, annotator, comparison_items):
+    held = queue.next_assignment(annotator, project, rng=random.Random(0))
+    assert queue.next_assignment(annotator, project, rng=random.Random(0)).pk == held.pk
+    following = queue.next_assignment(annotator, project, rng=random.Random(0), resume=False)
+    assert following.pk != held.pk and following.item_id != held.item_id
+
+
 def test_a_label_on_an_expired_lease_counts_while_the_item_needs_labels(project, annotator, make_trajectory):
     item = queue.enqueue_trajectories(project, [make_trajectory(2)])[0]
     assignment = queue.next_assignment(annotator, project)
