@@ -11,13 +11,14 @@ from feedback_app.rows import MAX_ID, Rows, fetch_one
 
 # Every page of a project starts with this query, the annotators' busiest request too (see feedback_app/rows.py).
 _MEMBERSHIPS, _PROJECTS, _ENVIRONMENTS = Rows(Membership, "m"), Rows(Project, "p"), Rows(EnvironmentSpec, "e")
-_MEMBERSHIP_SQL = f"""
-    SELECT {_MEMBERSHIPS.columns}, {_PROJECTS.columns}, {_ENVIRONMENTS.columns}
-    FROM {_MEMBERSHIPS.table}
+# The membership's columns (with its project and environment) and the tables they come from: `membership_from_row`
+# reads the first MEMBERSHIP_WIDTH values of a row. Other statements of busy requests join more onto these.
+MEMBERSHIP_COLUMNS = f"{_MEMBERSHIPS.columns}, {_PROJECTS.columns}, {_ENVIRONMENTS.columns}"
+MEMBERSHIP_TABLES = f"""{_MEMBERSHIPS.table}
     JOIN {_PROJECTS.table} ON p.id = m.project_id
-    JOIN {_ENVIRONMENTS.table} ON e.id = p.environment_id
-    WHERE m.project_id = %s AND m.user_id = %s
-"""
+    JOIN {_ENVIRONMENTS.table} ON e.id = p.environment_id"""
+MEMBERSHIP_WIDTH = _MEMBERSHIPS.width + _PROJECTS.width + _ENVIRONMENTS.width
+_MEMBERSHIP_SQL = f"SELECT {MEMBERSHIP_COLUMNS} FROM {MEMBERSHIP_TABLES} WHERE m.project_id = %s AND m.user_id = %s"
 
 
 def get_membership(request: HttpRequest, project_pk: int) -> Membership:
@@ -25,10 +26,15 @@ def get_membership(request: HttpRequest, project_pk: int) -> Membership:
     row = fetch_one(_MEMBERSHIP_SQL, [project_pk, request.user.pk]) if project_pk <= MAX_ID else None
     if row is None:
         raise Http404("No such project.")
+    return membership_from_row(row, request.user)
+
+
+def membership_from_row(row, user) -> Membership:
+    """The membership of `user`, with its project and environment, from a row that starts with MEMBERSHIP_COLUMNS."""
     membership = _MEMBERSHIPS.read(row)
     membership.project = _PROJECTS.read(row[_MEMBERSHIPS.width :])
     membership.project.environment = _ENVIRONMENTS.read(row[_MEMBERSHIPS.width + _PROJECTS.width :])
-    membership.user = request.user
+    membership.user = user
     return membership
 
 

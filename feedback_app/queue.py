@@ -81,18 +81,13 @@ def own_assignment(project: Project, user, pk: int, *, kind: str | None = None) 
 def _assignment_with_item(condition: str, params: list, project: Project, user, kind: str | None):
     """The user's oldest assignment in `project` that meets `condition` (SQL on `a`, the assignment), with its item."""
     sql = f"""
-        SELECT {_ASSIGNMENTS.columns}, {_ITEMS.columns}
+        SELECT {ASSIGNMENT_COLUMNS}
         FROM {_ASSIGNMENTS.table} JOIN {_ITEMS.table} ON qi.id = a.item_id
         WHERE a.annotator_id = %s AND qi.project_id = %s {"AND qi.kind = %s" if kind else ""} AND {condition}
         ORDER BY a.created_at LIMIT 1
     """
     row = fetch_one(sql, [user.pk, project.pk, *([kind] if kind else []), *params])
-    if row is None:
-        return None
-    assignment = _ASSIGNMENTS.read(row)
-    assignment.item = _ITEMS.read(row[_ASSIGNMENTS.width :])
-    assignment.item.project = project  # the row the caller already has: no second fetch
-    return assignment
+    return None if row is None else assignment_from_row(row, project)
 
 
 def next_assignment(
@@ -128,6 +123,20 @@ def next_assignment(
 # The annotators' busiest path (every submit-and-next leases an item) is written in SQL (see feedback_app/rows.py).
 _ITEMS = Rows(QueueItem, "qi")
 _ASSIGNMENTS = Rows(Assignment, "a")
+
+# An assignment's columns with its item's, from the tables `a` and `qi`: `assignment_from_row` reads them.
+ASSIGNMENT_COLUMNS = f"{_ASSIGNMENTS.columns}, {_ITEMS.columns}"
+ASSIGNMENT_TABLE, ITEM_TABLE = _ASSIGNMENTS.table, _ITEMS.table
+
+
+def assignment_from_row(row, project: Project) -> Assignment:
+    """The assignment, with its item of `project`, from a row that starts with ASSIGNMENT_COLUMNS."""
+    assignment = _ASSIGNMENTS.read(row)
+    assignment.item = _ITEMS.read(row[_ASSIGNMENTS.width :])
+    assignment.item.project = project  # the row the caller already has: no second fetch
+    return assignment
+
+
 # Row locks on PostgreSQL: none (SQLite), waiting for a locked row, or skipping locked rows.
 _LOCKS = {"none": "", "wait": "FOR UPDATE OF qi", "skip": "FOR UPDATE OF qi SKIP LOCKED"}
 

@@ -28,7 +28,7 @@ from feedback_app.models import Assignment, LabelKind, Membership, PolicyVersion
 from feedback_app.models.queue import AssignmentStatus
 from feedback_app.rows import Rows, fetch_all
 from feedback_app.templatetags.tandem import step_card
-from feedback_app.views.workspace import get_own_assignment
+from feedback_app.views.workspace import get_membership_and_assignment
 
 TEMPLATE = "feedback_app/compare.html"
 CHOICE_MESSAGE = "Choose left, right, tie or both bad."
@@ -66,8 +66,9 @@ def compare_next(request: HttpRequest, project_pk: int) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def compare_submit(request: HttpRequest, project_pk: int, assignment_pk: int) -> HttpResponse:
     """Store the comparison and answer with the next item (a redirect to it without htmx)."""
-    project, membership = get_project_for_member(request, project_pk)
-    assignment = get_own_assignment(request, project, assignment_pk, kind=LabelKind.COMPARISON)
+    project, membership, assignment = get_membership_and_assignment(
+        request, project_pk, assignment_pk, LabelKind.COMPARISON
+    )
     form = ComparisonForm(request.POST)
     if not form.is_valid():
         return _workspace(request, project, membership, assignment, form=form, status=400)

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from feedback_app import labelling, queue
-from feedback_app.models import Assignment, Comparison, QueueItem, Step
+from feedback_app.models import Assignment, Comparison, LabelKind, QueueItem, Step
 from feedback_app.models.queue import AssignmentStatus
 
 pytestmark = pytest.mark.django_db
@@ -330,6 +330,19 @@ def test_an_annotator_cannot_submit_on_another_annotators_assignment(
     client.force_login(other_annotator)
     assert post_label(client, project, assignment, body).status_code == 404
     assert Comparison.objects.count() == 0
+
+
+def test_a_submit_on_an_item_of_another_kind_gets_404_and_stores_nothing(
+    client, annotator, project, make_trajectory
+):
+    queue.enqueue_trajectories(project, [make_trajectory(2)])
+    step_item = queue.next_assignment(annotator, project, kind=LabelKind.STEP_LABEL)
+    client.force_login(annotator)
+    data = {"choice": "left", "strength": "2", "client_token": str(uuid.uuid4())}
+    response = client.post(submit_url(project, step_item), data, **HTMX)
+    assert response.status_code == 404 and Comparison.objects.count() == 0
+    step_item.refresh_from_db()
+    assert step_item.status == AssignmentStatus.LEASED
 
 
 def test_a_researcher_may_label_too(client, researcher, project, pair):
