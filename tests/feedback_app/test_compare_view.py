@@ -332,9 +332,7 @@ def test_an_annotator_cannot_submit_on_another_annotators_assignment(
     assert Comparison.objects.count() == 0
 
 
-def test_a_submit_on_an_item_of_another_kind_gets_404_and_stores_nothing(
-    client, annotator, project, make_trajectory
-):
+def test_a_submit_on_an_item_of_another_kind_gets_404_and_stores_nothing(client, annotator, project, make_trajectory):
     queue.enqueue_trajectories(project, [make_trajectory(2)])
     step_item = queue.next_assignment(annotator, project, kind=LabelKind.STEP_LABEL)
     client.force_login(annotator)
