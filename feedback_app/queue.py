@@ -310,7 +310,7 @@ def complete(assignment: Assignment, *, now: datetime | None = None) -> Assignme
     if assignment.status == AssignmentStatus.DONE:
         return assignment
     counted = False
-    if assignment.status == AssignmentStatus.LEASED and assignment.leased_until >= now:
+    if assignment.lease_is_live(now):
         # A live lease holds its slot, so the item has room: count the label at once, unless the assignment is no
         # longer leased in the database. Updating the item first takes its row lock in the same order as _take_one
         # (item, then its assignments). PostgreSQL marks the assignment done in the same statement.
@@ -350,15 +350,19 @@ def complete(assignment: Assignment, *, now: datetime | None = None) -> Assignme
     return assignment
 
 
-_COUNT_SQL = (
-    f"UPDATE {_ITEMS.name} SET completed_count = completed_count + 1 WHERE id = %s AND EXISTS "
-    f"(SELECT 1 FROM {_ASSIGNMENTS.table} WHERE a.id = %s AND a.status = %s)"
+def _count_sql(condition: str) -> str:
+    """Count a label towards item %s if `condition` (an SQL query) has a row."""
+    return f"UPDATE {_ITEMS.name} SET completed_count = completed_count + 1 WHERE id = %s AND EXISTS ({condition})"
+
+
+_COUNT_SQL = _count_sql(f"SELECT 1 FROM {_ASSIGNMENTS.table} WHERE a.id = %s AND a.status = %s")
+# Mark assignment %s done (status %s, at %s) once `counted`, the count above as a WITH query, has counted its label.
+# The item's update runs first (the main statement reads its result), so the locks are taken item first, as in
+# _take_one.
+_FINISH_SQL = (
+    f"UPDATE {_ASSIGNMENTS.name} SET status = %s, finished_at = %s WHERE id = %s AND EXISTS (SELECT 1 FROM counted)"
 )
-# The item's update runs first (the main statement reads its result), so the locks are taken item first here too.
-_COUNT_AND_FINISH_SQL = f"""
-    WITH counted AS ({_COUNT_SQL} RETURNING id)
-    UPDATE {_ASSIGNMENTS.name} SET status = %s, finished_at = %s WHERE id = %s AND EXISTS (SELECT 1 FROM counted)
-"""
+_COUNT_AND_FINISH_SQL = f"WITH counted AS ({_COUNT_SQL} RETURNING id) {_FINISH_SQL}"
 
 
 def insert_counted(rows: Rows, label, assignment: Assignment, *, now: datetime | None = None) -> bool:
@@ -389,13 +393,9 @@ def _insert_counted_sql(rows: Rows) -> str:
             SELECT {rows.placeholders} WHERE EXISTS
                 (SELECT 1 FROM {_ASSIGNMENTS.table} WHERE a.id = %s AND a.status = %s AND a.leased_until >= %s)
             ON CONFLICT DO NOTHING RETURNING {rows.pk_column}
-        ), counted AS (
-            UPDATE {_ITEMS.name} SET completed_count = completed_count + 1
-            WHERE id = %s AND EXISTS (SELECT 1 FROM label) RETURNING id
-        ), finished AS (
-            UPDATE {_ASSIGNMENTS.name} SET status = %s, finished_at = %s
-            WHERE id = %s AND EXISTS (SELECT 1 FROM counted)
-        )
+        ),
+        counted AS ({_count_sql("SELECT 1 FROM label")} RETURNING id),
+        finished AS ({_FINISH_SQL})
         SELECT {rows.pk_column} FROM label
     """
 

@@ -7,6 +7,8 @@ take the same slot, whatever the database interleaving, and an expired lease fre
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -108,3 +110,7 @@ class Assignment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.annotator} · {self.item} · slot {self.slot}"
+
+    def lease_is_live(self, now: datetime) -> bool:
+        """Whether this is a lease that still holds its slot at `now` (a label on it counts at once)."""
+        return self.status == AssignmentStatus.LEASED and self.leased_until >= now

@@ -25,7 +25,6 @@ from django.views.decorators.vary import vary_on_headers
 from feedback_app import labelling, queue
 from feedback_app.access import get_project_for_member, sees_outcomes
 from feedback_app.models import Assignment, LabelKind, Membership, PolicyVersion, Project, Step, Task, Trajectory
-from feedback_app.models.queue import AssignmentStatus
 from feedback_app.rows import Rows, fetch_all
 from feedback_app.templatetags.tandem import step_card
 from feedback_app.views.workspace import get_membership_and_assignment
@@ -73,7 +72,7 @@ def compare_submit(request: HttpRequest, project_pk: int, assignment_pk: int) ->
     if not form.is_valid():
         return _workspace(request, project, membership, assignment, form=form, status=400)
     data = form.cleaned_data
-    was_live = assignment.status == AssignmentStatus.LEASED and assignment.leased_until >= timezone.now()
+    was_live = assignment.lease_is_live(timezone.now())
     try:
         stored = labelling.submit_comparison(
             request.user,
