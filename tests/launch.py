@@ -32,8 +32,9 @@ def launch_env(processes: int = 2) -> dict[str, str]:
 def launch_failure(done: subprocess.CompletedProcess) -> str:
     """Why a launched command failed, for an assertion message: the first traceback a process of the pipeline
     printed (under torchrun the end of standard error is torchrun's own summary, which names only the failed rank and
-    its exit code), then the end of standard error."""
+    its exit code), then the end of standard error: enough of it to hold what a process that died without a Python
+    traceback (SIGABRT from native code) printed before torchrun's summary."""
     blocks = re.split(re.escape(TRACEBACK), done.stderr)[1:]
     own = next((block for block in blocks if "torch/distributed/run.py" not in block), None)
     head = f"{TRACEBACK}{own[:4000]}\n...\n" if own is not None else ""
-    return head + done.stderr[-1500:]
+    return head + done.stderr[-6000:]
