@@ -413,6 +413,9 @@ def save_loop_checkpoint(
         staging.parent.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(staging))
+    # Every process writes its own RNG state into `staging`, and `save_state` ends without a barrier: renaming before
+    # the others finish makes their writes fail ("parent directory ... does not exist").
+    accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (staging / LOOP_STATE_FILE).write_text(json.dumps({"step": step, **state}, default=float) + "\n")
         shutil.rmtree(folder, ignore_errors=True)

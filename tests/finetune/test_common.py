@@ -3,7 +3,9 @@ match what generation produced, evaluation, and accelerate checkpoints."""
 
 from __future__ import annotations
 
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,6 +34,9 @@ from reward_models.finetune.common import (
 from reward_models.policy.local import LocalCausalLMPolicy
 from reward_models.policy.turns import Turn, TurnEncoding, encode_turn, turn_messages
 from reward_models.rollout import Episode, Step, rollout
+from tests.launch import launch_env, launch_failure, torchrun
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CONVERSATION = [
     {"role": "system", "content": "reach the goal G"},
@@ -243,6 +248,21 @@ def test_a_loop_checkpoint_restores_weights_optimiser_and_state(tmp_path, tiny_p
     assert all(torch.equal(value, trained[name]) for name, value in model.state_dict().items())
     assert optimizer.state_dict()["state"]  # Adam's moments came back too
     assert sorted(p.name for p in path.parent.iterdir()) == ["step-2", "step-3"]  # the last two are kept
+
+
+def test_a_loop_checkpoint_across_two_processes_waits_for_the_slower_one(tmp_path):
+    """Each process writes its own RNG state into the checkpoint; the first must not move the folder into place
+    before the second has written (CI once failed a two-process PPO run this way)."""
+    done = subprocess.run(
+        [*torchrun("tests.finetune.slow_rank_checkpoint"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=launch_env(),
+        timeout=300,
+    )
+    assert done.returncode == 0, launch_failure(done)
+    assert sorted(path.name for path in (tmp_path / "checkpoints").iterdir()) == ["step-1", "step-2"]
 
 
 def test_a_run_without_checkpoints_starts_at_step_zero(tmp_path, tiny_policy_dir):
