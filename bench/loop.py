@@ -11,7 +11,7 @@ scripted teachers, `feedback_app.simulated`) label them over HTTP, freezes snaps
 policy, and reads the held-out success the policy runs record. Only the setup (users, tokens, projects, tasks, the
 base policy version) is written through the ORM.
 
-    .venv/bin/python bench/loop.py                        # the defaults: about 19 minutes on 2 CPU cores
+    .venv/bin/python bench/loop.py                        # the defaults: 12.5-19 minutes on 2 CPU cores
     .venv/bin/python bench/loop.py --rounds 2 --comparisons 60 --iterations 2 --eval_tasks 40    # a smoke run
     .venv/bin/python bench/loop.py --cases random,active --method dpo --step_items 16
 
