@@ -14,13 +14,14 @@ base policy version) is written through the ORM.
     .venv/bin/python bench/loop.py                        # the defaults: 12.5-19 minutes on 2 CPU cores
     .venv/bin/python bench/loop.py --rounds 2 --comparisons 60 --iterations 2 --eval_tasks 40    # a smoke run
     .venv/bin/python bench/loop.py --cases random,active --method dpo --step_items 16
+    .venv/bin/python bench/loop.py --comparisons 250 --active_comparisons 125 --samples 4   # the second bar
 
 Per round, for the random and the active case alike:
 1. the current policy plays `--tasks` fresh training tasks × `--samples`; the rollout run queues `--comparisons`
-   pairs of them (among the `--samples` choose 2 per task) by the project's query strategy (random, or the reward
-   ensemble's disagreement; the first round of the active case has no reward model yet and falls back to random,
-   which the label records), and `--step_items` single trajectories for step labels and critiques (and
-   interventions, which only `--method dpo` learns from);
+   (the active case: `--active_comparisons`) pairs of them (among the `--samples` choose 2 per task) by the
+   project's query strategy (random, or the reward ensemble's disagreement; the first round of the active case has
+   no reward model yet and falls back to random, which the label records), and `--step_items` single trajectories
+   for step labels and critiques (and interventions, which only `--method dpo` learns from);
 2. the crowd labels the queue empty through the API;
 3. a reward-model ensemble (`--ensemble` members) and a PRM train on snapshots of every label so far (learning
    rates 1e-3 and 5e-3, bench/judge_oracle.py's recipe for a tiny model);
@@ -83,6 +84,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=64, help="Fresh training tasks the policy plays per round.")
     parser.add_argument("--samples", type=int, default=3, help="Rollouts per task (candidate pairs: samples C 2).")
     parser.add_argument("--comparisons", type=int, default=100, help="Comparisons queued per round.")
+    parser.add_argument(
+        "--active_comparisons",
+        type=int,
+        default=0,
+        help="Comparisons queued per round in the active case (default: --comparisons). Half of --comparisons asks "
+        "the second bar at equal training: the same rounds and policy updates as the random case, half its labels.",
+    )
     parser.add_argument("--step_items", type=int, default=8, help="Trajectories queued per round for step labels.")
     parser.add_argument("--ensemble", type=int, default=2, help="Reward-model ensemble members.")
     parser.add_argument("--iterations", type=int, default=6, help="PPO (or Nash-MD) iterations per round.")
@@ -134,14 +142,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name}: must be at least 1")
     if args.parallel < 0:
         parser.error("--parallel: must be 0 (the default) or positive")
+    if args.active_comparisons < 0:
+        parser.error("--active_comparisons: must be 0 (the default: --comparisons) or positive")
+    args.active_comparisons = args.active_comparisons or args.comparisons
     if args.samples < 2:
         parser.error("--samples: must be at least 2 (a comparison needs two rollouts of a task)")
     candidates = args.tasks * args.samples * (args.samples - 1) // 2
-    if args.comparisons > candidates:
-        parser.error(
-            f"--comparisons: a round has only {candidates} candidate pairs (--tasks {args.tasks} x --samples "
-            f"{args.samples} choose 2); raise --tasks or --samples"
-        )
+    for name in ("comparisons", "active_comparisons"):
+        if getattr(args, name) > candidates:
+            parser.error(
+                f"--{name}: a round has only {candidates} candidate pairs (--tasks {args.tasks} x --samples "
+                f"{args.samples} choose 2); raise --tasks or --samples"
+            )
     if args.method == "dpo" and args.step_items < 16:
         # Step DPO learns from the interventions' (correction > original) pairs, about one per step item, and
         # balancing them per action leaves none of a handful (a first round of 6 gave "no usable pairs").
@@ -482,7 +494,7 @@ class Loop:
             "task_ids": tasks,
             "samples_per_task": self.args.samples,
             "seed": self.round_seed(round_),
-            "queue_comparisons": self.args.comparisons,
+            "queue_comparisons": self.args.active_comparisons if case == "active" else self.args.comparisons,
             "queue_step_labels": self.args.step_items,
         }
         return self.launch(project, {"kind": "rollout", "policy_version": policy, "config": config})["summary"]
@@ -656,6 +668,9 @@ def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argpars
                         case_gain / oracle_gain if oracle_gain > 0 else None
                     )
             if "random" in results and "active" in results:
+                verdict[decoding]["active_minus_random"] = (
+                    verdict[decoding]["active_gain"] - verdict[decoding]["random_gain"]
+                )
                 target = gain(results["random"][1], base, decoding)
                 verdict[decoding]["labels_for_random_gain"] = {
                     case: labels_to_reach(results[case][1], base, decoding, target) for case in ("random", "active")
@@ -677,6 +692,12 @@ def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argpars
                 parts.append(
                     f"comparisons to reach random's final gain: random {needed['random']}, active "
                     f"{needed['active'] if needed['active'] is not None else 'not reached'}"
+                )
+            if "active_minus_random" in figures:
+                totals = {case: results[case][1][-1].comparisons for case in ("active", "random")}
+                parts.append(
+                    f"active ({totals['active']} comparisons) minus random ({totals['random']}): "
+                    f"{figures['active_minus_random']:+.1%}"
                 )
             print(f"{decoding}: " + "; ".join(parts))
     if "random" in results and "active" in results:

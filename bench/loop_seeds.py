@@ -7,8 +7,10 @@ One run's gain is uncertain by about ±3.5 points on 200 held-out tasks, and its
 where the oracle gained little, so the bars are read on the means over the seeds: each case's mean final gain with
 its standard error across seeds, the random and the active case's mean as a share of the oracle's (over the seeds
 that ran both), and each round's mean gain, the curve on which the labels active needs for random's final gain are
-read. Files of one seed are merged case by case (a later file's case wins), so a seed's oracle case may come from
-another run on the same base policy; cases of one seed on different base policies are refused.
+read. Active's final gain minus random's is also taken seed by seed: run with `--active_comparisons` half of
+`--comparisons`, that is the second bar at equal policy training. Files of one seed are merged case by case (a later
+file's case wins), so a seed's oracle case may come from another run on the same base policy; cases of one seed on
+different base policies are refused.
 """
 
 from __future__ import annotations
@@ -107,7 +109,25 @@ def summarise(seeds: list[Seed]) -> dict[str, Any]:
         summary["labels_for_random_mean_gain"] = {
             decoding: labels_for_random_gain(summary["cases"], decoding) for decoding in DECODINGS
         }
+        summary["active_minus_random"] = active_minus_random(seeds, summary["cases"])
     return summary
+
+
+def active_minus_random(seeds: list[Seed], cases: dict[str, Any]) -> dict[str, Any]:
+    """Active's final gain minus random's, seed by seed (the seeds that ran both), with its mean and standard error
+    across those seeds. With `--active_comparisons` half of `--comparisons`, both cases trained the policy for the
+    same rounds and iterations and active had half the labels: the second bar at equal training, which the mean
+    curves cannot give (there, fewer labels also means fewer rounds of policy updates)."""
+    both = [seed for seed in seeds if "random" in seed.cases and "active" in seed.cases]
+    result: dict[str, Any] = {
+        "seeds": [seed.seed for seed in both],
+        "comparisons": {case: cases[case]["comparisons"][-1] for case in ("active", "random")},
+    }
+    for decoding in DECODINGS:
+        differences = [seed.gains("active", decoding)[-1] - seed.gains("random", decoding)[-1] for seed in both]
+        mean, stderr = mean_and_stderr(differences) if differences else (None, None)
+        result[decoding] = {"differences": differences, "mean": mean, "stderr": stderr}
+    return result
 
 
 def labels_for_random_gain(cases: dict[str, Any], decoding: str) -> dict[str, int | None]:
@@ -194,6 +214,14 @@ def report(seeds: list[Seed], summary: dict[str, Any]) -> None:
         print(
             f"{decoding}: comparisons for random's final mean gain ({_points(target)}): random {reached['random']}, "
             f"active {active}"
+        )
+    difference = summary.get("active_minus_random")
+    if difference and difference["seeds"]:
+        texts = " / ".join(_with_spread(difference[d]["mean"], difference[d]["stderr"]) for d in DECODINGS)
+        print(
+            f"active's final gain ({difference['comparisons']['active']} comparisons) minus random's "
+            f"({difference['comparisons']['random']}), seed by seed, mean over seeds "
+            f"{', '.join(map(str, difference['seeds']))}: {texts} (sampled / greedy)"
         )
     for case in ("random", "active"):
         shares = summary["cases"].get(case, {}).get("rm_last_round_by_type")

@@ -38,6 +38,22 @@ def test_the_oracle_pair_accuracy_is_split_by_pair_type(loop):
         loop.accuracy_by_type(pairs, right[:-1])
 
 
+def test_the_active_case_may_queue_fewer_comparisons_a_round(loop, capsys):
+    assert (
+        loop.parse_args(["--comparisons", "250", "--samples", "4"]).active_comparisons == 250
+    )  # the default: as many as random
+    assert (
+        loop.parse_args(["--comparisons", "250", "--samples", "4", "--active_comparisons", "125"]).active_comparisons
+        == 125
+    )
+    with pytest.raises(SystemExit):  # 64 tasks x (3 choose 2) = 192 candidate pairs a round
+        loop.parse_args(["--comparisons", "100", "--active_comparisons", "200"])
+    assert "--active_comparisons: a round has only 192 candidate pairs" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        loop.parse_args(["--active_comparisons", "-1"])
+    assert "--active_comparisons: must be 0" in capsys.readouterr().err
+
+
 SEEDS_BENCH = BENCH.with_name("loop_seeds.py")
 
 
@@ -130,6 +146,47 @@ def test_loop_seeds_reads_the_bars_on_the_means_over_seeds(loop, loop_seeds, tmp
     assert "sampled: comparisons for random's final mean gain (+5.0): random 200, active 100" in printed
     assert "oracle (seeds 1, 2): round 1: +3.0 / +0.0, round 2: +6.0 / +1.0" in printed
     assert "random (seeds 1, 2): 100: +1.0 / +1.5, 200: +5.0 / +0.0" in printed
+    # Seed 1: active +5 against random +6 sampled; seed 2: 0 against +4.
+    difference = summary["active_minus_random"]
+    assert difference["sampled"]["differences"] == pytest.approx([-0.01, -0.04])
+    assert difference["sampled"]["mean"] == pytest.approx(-0.025)
+    assert difference["sampled"]["stderr"] == pytest.approx(0.015)
+    assert difference["greedy"]["differences"] == pytest.approx([0.04, -0.02])
+    assert (
+        "active's final gain (200 comparisons) minus random's (200), seed by seed, mean over seeds 1, 2: "
+        "-2.5 ± 1.5 / +1.0 ± 3.0 (sampled / greedy)" in printed
+    )
+
+
+def test_loop_seeds_compares_active_at_half_the_labels_with_random_seed_by_seed(loop, loop_seeds, tmp_path, capsys):
+    """`--active_comparisons` half of `--comparisons`: the same rounds, half the labels; a seed without both cases
+    is left out of the difference."""
+    files = [
+        _figures(
+            loop,
+            tmp_path,
+            f"s{seed}.json",
+            seed,
+            (0.50, 0.40),
+            {"random": [(200, 0.52, 0.40), (400, 0.56, 0.40)], "active": [(100, 0.53, 0.41), (200, active, 0.42)]},
+        )
+        for seed, active in ((1, 0.57), (2, 0.55))
+    ]
+    files.append(_figures(loop, tmp_path, "s3.json", 3, (0.50, 0.40), {"random": [(200, 0.5, 0.4), (400, 0.6, 0.4)]}))
+    seeds = loop_seeds.load(files)
+    summary = loop_seeds.summarise(seeds)
+    difference = summary["active_minus_random"]
+    assert difference["seeds"] == [1, 2]
+    assert difference["comparisons"] == {"active": 200, "random": 400}
+    assert difference["sampled"]["differences"] == pytest.approx([0.01, -0.01])
+    assert difference["sampled"]["mean"] == pytest.approx(0.0)
+    assert difference["greedy"]["mean"] == pytest.approx(0.02)
+    # On the mean curves (random's over seeds 1-3) active never reaches random's final +7.3 points.
+    assert summary["labels_for_random_mean_gain"]["sampled"] == {"random": 400, "active": None}
+    loop_seeds.report(seeds, summary)
+    assert "active's final gain (200 comparisons) minus random's (400), seed by seed, mean over seeds 1, 2: " in (
+        capsys.readouterr().out
+    )
 
 
 def test_loop_seeds_refuses_one_seed_on_two_base_policies_and_unequal_schedules(loop, loop_seeds, tmp_path):
