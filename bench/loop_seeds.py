@@ -87,7 +87,11 @@ def summarise(seeds: list[Seed]) -> dict[str, Any]:
             per_round = [statistics.fmean(round_gains) for round_gains in zip(*curves, strict=True)]
             mean, stderr = mean_and_stderr(finals)
             entry[decoding] = {"final_gains": finals, "mean": mean, "stderr": stderr, "mean_per_round": per_round}
-        last_by_type = [seed.cases[case][-1].get("judges", {}).get("rm_oracle_accuracy_by_type") for seed in ran]
+        last = [seed.cases[case][-1].get("judges", {}) for seed in ran]
+        accuracies = [judges["rm_oracle_accuracy"] for judges in last if judges.get("rm_oracle_accuracy") is not None]
+        if accuracies:
+            entry["rm_last_round"] = statistics.fmean(accuracies)
+        last_by_type = [judges.get("rm_oracle_accuracy_by_type") for judges in last]
         known = [shares for shares in last_by_type if shares]
         if known:
             entry["rm_last_round_by_type"] = {
@@ -224,9 +228,11 @@ def report(seeds: list[Seed], summary: dict[str, Any]) -> None:
             f"{', '.join(map(str, difference['seeds']))}: {texts} (sampled / greedy)"
         )
     for case in ("random", "active"):
-        shares = summary["cases"].get(case, {}).get("rm_last_round_by_type")
+        figures = summary["cases"].get(case, {})
+        shares = {"all": figures["rm_last_round"]} if "rm_last_round" in figures else {}
+        shares |= figures.get("rm_last_round_by_type") or {}
         if shares:
-            text = ", ".join(f"{name.replace('_', ' ')} {share:.0%}" for name, share in shares.items())
+            text = ", ".join(f"{name.replace('_', ' ')} {share:.1%}" for name, share in shares.items())
             print(f"{case}: reward model on the oracle pairs after the last round, mean over seeds: {text}")
 
 

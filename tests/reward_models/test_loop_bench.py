@@ -54,6 +54,43 @@ def test_the_active_case_may_queue_fewer_comparisons_a_round(loop, capsys):
     assert "--active_comparisons: must be 0" in capsys.readouterr().err
 
 
+def test_the_verdict_compares_active_at_half_the_labels_with_random(loop, capsys):
+    def points(rounds):
+        return [
+            loop.Point(
+                round=number,
+                comparisons=comparisons,
+                step_items=0,
+                greedy=greedy,
+                greedy_stderr=0.035,
+                sampled=sampled,
+                sampled_stderr=0.03,
+                policy_version=number,
+                seconds=1.0,
+                judges={"rm_oracle_accuracy": accuracy, "rm_oracle_accuracy_by_type": {}} if comparisons else {},
+                gains={"sampled_gain_stderr": 0.02, "greedy_gain_stderr": 0.03},
+            )
+            for number, (comparisons, sampled, greedy, accuracy) in enumerate(rounds, start=1)
+        ]
+
+    base = {"sampled_success": 0.50, "greedy_success": 0.40}
+    results = {
+        "random": (base, points([(250, 0.52, 0.40, 0.74), (500, 0.56, 0.41, 0.77)])),
+        "active": (base, points([(125, 0.53, 0.40, 0.78), (250, 0.57, 0.38, 0.80)])),
+        "oracle": (base, points([(0, 0.55, 0.40, None), (0, 0.60, 0.40, None)])),
+    }
+    verdict = loop.report(results, SimpleNamespace(eval_tasks=200, eval_samples=4))
+    assert verdict["sampled"]["active_minus_random"] == pytest.approx(0.01)
+    assert verdict["greedy"]["active_minus_random"] == pytest.approx(-0.03)
+    assert verdict["sampled"]["labels_for_random_gain"] == {"random": 500, "active": 250}
+    assert verdict["sampled"]["random_fraction_of_oracle"] == pytest.approx(0.6)
+    printed = capsys.readouterr().out
+    assert "comparisons to reach random's final gain: random 500, active 250" in printed
+    assert "active (250 comparisons) minus random (500): +1.0%" in printed
+    # Active's reward model passed random's last accuracy (77 %) after its first 125 comparisons.
+    assert verdict["reward_model"]["comparisons_for_random_final_accuracy"] == {"random": 500, "active": 125}
+
+
 SEEDS_BENCH = BENCH.with_name("loop_seeds.py")
 
 
@@ -78,7 +115,10 @@ def _figures(loop, tmp_path, name, seed, base, cases):
             sampled_stderr=0.035,
             policy_version=number,
             seconds=1.0,
-            judges={"rm_oracle_accuracy_by_type": {"one_succeeded": 0.9, "both_failed": 0.5}},
+            judges={
+                "rm_oracle_accuracy": 0.75,
+                "rm_oracle_accuracy_by_type": {"one_succeeded": 0.9, "both_failed": 0.5},
+            },
             gains={"sampled_gain_stderr": 0.04, "greedy_gain_stderr": 0.03},
         )
 
@@ -140,12 +180,14 @@ def test_loop_seeds_reads_the_bars_on_the_means_over_seeds(loop, loop_seeds, tmp
     assert summary["labels_for_random_mean_gain"]["sampled"] == {"random": 200, "active": 100}
     assert summary["cases"]["active"]["greedy"]["share_of_oracle"] == pytest.approx(1.0)
     assert summary["cases"]["random"]["rm_last_round_by_type"] == {"one_succeeded": 0.9, "both_failed": 0.5}
+    assert summary["cases"]["active"]["rm_last_round"] == pytest.approx(0.75)
     loop_seeds.report(seeds, summary)
     printed = capsys.readouterr().out
     assert "random: mean gain as a share of the oracle's mean gain: sampled 83%, greedy 0%" in printed
     assert "sampled: comparisons for random's final mean gain (+5.0): random 200, active 100" in printed
     assert "oracle (seeds 1, 2): round 1: +3.0 / +0.0, round 2: +6.0 / +1.0" in printed
     assert "random (seeds 1, 2): 100: +1.0 / +1.5, 200: +5.0 / +0.0" in printed
+    assert "active: reward model on the oracle pairs after the last round, mean over seeds: all 75.0%, one " in printed
     # Seed 1: active +5 against random +6 sampled; seed 2: 0 against +4.
     difference = summary["active_minus_random"]
     assert difference["sampled"]["differences"] == pytest.approx([-0.01, -0.04])
