@@ -54,22 +54,28 @@ def test_the_active_case_may_queue_fewer_comparisons_a_round(loop, capsys):
     assert "--active_comparisons: must be 0" in capsys.readouterr().err
 
 
+def _point(loop, number, comparisons, sampled, greedy, judges):
+    """One round of a case, as bench/loop.py records it (the standard errors are placeholders)."""
+    return loop.Point(
+        round=number,
+        comparisons=comparisons,
+        step_items=0,
+        greedy=greedy,
+        greedy_stderr=0.035,
+        sampled=sampled,
+        sampled_stderr=0.035,
+        policy_version=number,
+        seconds=1.0,
+        judges=judges,
+        gains={"sampled_gain_stderr": 0.04, "greedy_gain_stderr": 0.03},
+    )
+
+
 def test_the_verdict_compares_active_at_half_the_labels_with_random(loop, capsys):
     def points(rounds):
+        """(comparisons, sampled, greedy, reward-model accuracy) a round."""
         return [
-            loop.Point(
-                round=number,
-                comparisons=comparisons,
-                step_items=0,
-                greedy=greedy,
-                greedy_stderr=0.035,
-                sampled=sampled,
-                sampled_stderr=0.03,
-                policy_version=number,
-                seconds=1.0,
-                judges={"rm_oracle_accuracy": accuracy, "rm_oracle_accuracy_by_type": {}} if comparisons else {},
-                gains={"sampled_gain_stderr": 0.02, "greedy_gain_stderr": 0.03},
-            )
+            _point(loop, number, comparisons, sampled, greedy, {"rm_oracle_accuracy": accuracy} if accuracy else {})
             for number, (comparisons, sampled, greedy, accuracy) in enumerate(rounds, start=1)
         ]
 
@@ -104,23 +110,10 @@ def _figures(loop, tmp_path, name, seed, base, cases):
     import json
     from dataclasses import asdict
 
+    judges = {"rm_oracle_accuracy": 0.75, "rm_oracle_accuracy_by_type": {"one_succeeded": 0.9, "both_failed": 0.5}}
+
     def point(number, comparisons, sampled, greedy):
-        return loop.Point(
-            round=number,
-            comparisons=comparisons,
-            step_items=0,
-            greedy=greedy,
-            greedy_stderr=0.035,
-            sampled=sampled,
-            sampled_stderr=0.035,
-            policy_version=number,
-            seconds=1.0,
-            judges={
-                "rm_oracle_accuracy": 0.75,
-                "rm_oracle_accuracy_by_type": {"one_succeeded": 0.9, "both_failed": 0.5},
-            },
-            gains={"sampled_gain_stderr": 0.04, "greedy_gain_stderr": 0.03},
-        )
+        return _point(loop, number, comparisons, sampled, greedy, judges)
 
     path = tmp_path / name
     base_figures = {"sampled_success": base[0], "greedy_success": base[1]}
