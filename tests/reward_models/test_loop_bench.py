@@ -39,13 +39,10 @@ def test_the_oracle_pair_accuracy_is_split_by_pair_type(loop):
 
 
 def test_the_active_case_may_queue_fewer_comparisons_a_round(loop, capsys):
-    assert (
-        loop.parse_args(["--comparisons", "250", "--samples", "4"]).active_comparisons == 250
-    )  # the default: as many as random
-    assert (
-        loop.parse_args(["--comparisons", "250", "--samples", "4", "--active_comparisons", "125"]).active_comparisons
-        == 125
-    )
+    default = loop.parse_args(["--comparisons", "250", "--samples", "4"])
+    assert default.active_comparisons == 250  # as many as random
+    half = loop.parse_args(["--comparisons", "250", "--samples", "4", "--active_comparisons", "125"])
+    assert half.active_comparisons == 125
     with pytest.raises(SystemExit):  # 64 tasks x (3 choose 2) = 192 candidate pairs a round
         loop.parse_args(["--comparisons", "100", "--active_comparisons", "200"])
     assert "--active_comparisons: a round has only 192 candidate pairs" in capsys.readouterr().err
