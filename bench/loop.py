@@ -53,6 +53,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -742,7 +743,7 @@ def _percent(value: float | None) -> str:
 
 def plot(results: dict[str, tuple[dict[str, Any], list[Point]]], path: Path) -> None:
     """Held-out success against comparisons, sampled and greedy side by side, as SVG from the dashboard's chart
-    module, and a PNG of the two rendered by Chromium (when Playwright and Chromium are installed)."""
+    module, and a PNG of the two rendered by Chromium (when it is installed)."""
     from feedback_app.charts import line_chart
 
     base = next(iter(results.values()))[0]
@@ -777,18 +778,40 @@ def plot(results: dict[str, tuple[dict[str, Any], list[Point]]], path: Path) -> 
         svg_paths.append(path.with_name(f"{path.stem}-{decoding}.svg"))
         svg_paths[-1].write_text(str(chart))
     try:
-        from playwright.sync_api import sync_playwright
-
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium")
-            page = browser.new_page(viewport={"width": 1180, "height": 400})
-            page.set_content(f"<html><body style='margin:0;background:#fff;white-space:nowrap'>{html}</body></html>")
-            page.screenshot(path=str(path), full_page=True)
-            browser.close()
+        render_png(html, path, width=1180, height=400)
         print(f"plot: {path} (and {', '.join(map(str, svg_paths))})")
-    except Exception as exc:  # Playwright or Chromium missing: the SVGs are the plot
-        names = ", ".join(map(str, svg_paths))
-        print(f"plot: {names} (no PNG: {exc.__class__.__name__}: {str(exc).splitlines()[0][:200]})")
+    except RuntimeError as exc:  # no Chromium, or it failed: the SVGs are the plot
+        print(f"plot: {', '.join(map(str, svg_paths))} (no PNG: {exc})")
+
+
+def render_png(body: str, path: Path, width: int, height: int) -> None:
+    """Screenshots `body` (HTML) into the PNG `path` with Chromium's own headless mode: the browser alone, no Python
+    package (Playwright is a test extra, and `./run.sh` does not install it). RuntimeError says why it could not."""
+    browser = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+    if browser is None:
+        raise RuntimeError("Chromium is not installed (Debian: apt-get install chromium)")
+    with tempfile.TemporaryDirectory() as scratch:
+        page = Path(scratch) / "plot.html"
+        page.write_text(f"<html><body style='margin:0;background:#fff;white-space:nowrap'>{body}</body></html>")
+        path.unlink(missing_ok=True)
+        command = [
+            browser,
+            "--headless",
+            "--no-sandbox",  # as root (containers, CI) Chromium refuses to start with its sandbox
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={scratch}/profile",
+            f"--window-size={width},{height}",
+            f"--screenshot={path.resolve()}",
+            page.as_uri(),
+        ]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"{browser} did not finish the screenshot in {exc.timeout:.0f} s") from exc
+    if done.returncode != 0 or not path.exists():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"{browser} exited with {done.returncode} and wrote no PNG: {last[:200]}")
 
 
 def main(argv: list[str] | None = None) -> int:

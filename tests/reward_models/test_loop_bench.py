@@ -1,4 +1,5 @@
-"""The measuring code of bench/loop.py that needs no server: the reward model's accuracy on the oracle pairs."""
+"""The parts of bench/loop.py and bench/loop_seeds.py that need no server: the reward model's accuracy on the oracle
+pairs, the arguments, the verdict, the plot, and the reading of several seeds together."""
 
 from __future__ import annotations
 
@@ -92,6 +93,37 @@ def test_the_verdict_compares_active_at_half_the_labels_with_random(loop, capsys
     assert "active (250 comparisons) minus random (500): +1.0%" in printed
     # Active's reward model passed random's last accuracy (77 %) after its first 125 comparisons.
     assert verdict["reward_model"]["comparisons_for_random_final_accuracy"] == {"random": 500, "active": 125}
+
+
+def test_the_plot_is_written_as_svg_and_as_a_png_rendered_by_chromium(loop, tmp_path, capsys):
+    import shutil
+    import struct
+
+    if shutil.which("chromium") is None:
+        pytest.skip("needs Chromium (CI installs Debian's chromium)")
+    base = {"sampled_success": 0.50, "greedy_success": 0.40}
+    results = {
+        "random": (base, [_point(loop, 1, 100, 0.55, 0.41, {}), _point(loop, 2, 200, 0.58, 0.39, {})]),
+        "oracle": (base, [_point(loop, 1, 0, 0.56, 0.42, {}), _point(loop, 2, 0, 0.60, 0.43, {})]),
+    }
+    png = tmp_path / "loop.png"
+    loop.plot(results, png)
+    header = png.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", header[16:24]) == (1180, 400)  # IHDR: the two charts side by side
+    sampled = (tmp_path / "loop-sampled.svg").read_text()
+    assert "random queries" in sampled and "oracle reward (PPO, final)" in sampled
+    assert (tmp_path / "loop-greedy.svg").exists()
+    assert f"plot: {png} (and " in capsys.readouterr().out
+
+
+def test_without_chromium_the_plot_says_why_there_is_no_png(loop, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(loop.shutil, "which", lambda name: None)
+    base = {"sampled_success": 0.50, "greedy_success": 0.40}
+    loop.plot({"random": (base, [_point(loop, 1, 100, 0.55, 0.41, {})])}, tmp_path / "loop.png")
+    assert not (tmp_path / "loop.png").exists()
+    assert (tmp_path / "loop-sampled.svg").exists()
+    assert "(no PNG: Chromium is not installed (Debian: apt-get install chromium))" in capsys.readouterr().out
 
 
 SEEDS_BENCH = BENCH.with_name("loop_seeds.py")
