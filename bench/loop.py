@@ -14,7 +14,7 @@ base policy version) is written through the ORM.
     .venv/bin/python bench/loop.py                        # the defaults: 12.5-19 minutes on 2 CPU cores
     .venv/bin/python bench/loop.py --rounds 2 --comparisons 60 --iterations 2 --eval_tasks 40    # a smoke run
     .venv/bin/python bench/loop.py --cases random,active --method dpo --step_items 16
-    .venv/bin/python bench/loop.py --comparisons 250 --active_comparisons 125 --samples 4   # the second bar
+    .venv/bin/python bench/loop.py --cases random,active --comparisons 24 --active_comparisons 12 --samples 4 # 2nd bar
 
 Per round, for the random and the active case alike:
 1. the current policy plays `--tasks` fresh training tasks × `--samples`; the rollout run queues `--comparisons`
@@ -653,40 +653,44 @@ def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argpars
                 f"{_percent(p.judges.get('rm_oracle_accuracy')):>12} {p.seconds:>5.0f}s"
             )
     verdict: dict[str, Any] = {}
-    if "oracle" in results:
+    # The gains need only the cases that ran: the shares of the oracle's need the oracle case, active minus random
+    # needs both query cases (`--cases random,active` gives that without the oracle's runs).
+    if "oracle" in results or ("random" in results and "active" in results):
+        print()
         for decoding in ("sampled", "greedy"):
-            oracle_gain = gain(results["oracle"][1], base, decoding)
-            verdict[decoding] = {
-                "oracle_gain": oracle_gain,
-                "oracle_gain_stderr": gain_stderr(results["oracle"][1], decoding),
-            }
+            figures = verdict[decoding] = {}
+            oracle_gain = None
+            if "oracle" in results:
+                oracle_gain = figures["oracle_gain"] = gain(results["oracle"][1], base, decoding)
+                figures["oracle_gain_stderr"] = gain_stderr(results["oracle"][1], decoding)
             for case in ("random", "active"):
                 if case in results:
                     case_gain = gain(results[case][1], base, decoding)
-                    verdict[decoding][f"{case}_gain"] = case_gain
-                    verdict[decoding][f"{case}_gain_stderr"] = gain_stderr(results[case][1], decoding)
-                    verdict[decoding][f"{case}_fraction_of_oracle"] = (
-                        case_gain / oracle_gain if oracle_gain > 0 else None
-                    )
+                    figures[f"{case}_gain"] = case_gain
+                    figures[f"{case}_gain_stderr"] = gain_stderr(results[case][1], decoding)
+                    if oracle_gain is not None:
+                        figures[f"{case}_fraction_of_oracle"] = case_gain / oracle_gain if oracle_gain > 0 else None
             if "random" in results and "active" in results:
-                verdict[decoding]["active_minus_random"] = (
-                    verdict[decoding]["active_gain"] - verdict[decoding]["random_gain"]
-                )
-                target = gain(results["random"][1], base, decoding)
-                verdict[decoding]["labels_for_random_gain"] = {
-                    case: labels_to_reach(results[case][1], base, decoding, target) for case in ("random", "active")
+                figures["active_minus_random"] = figures["active_gain"] - figures["random_gain"]
+                figures["labels_for_random_gain"] = {
+                    case: labels_to_reach(results[case][1], base, decoding, figures["random_gain"])
+                    for case in ("random", "active")
                 }
-        print()
-        for decoding, figures in verdict.items():
-            parts = [f"oracle gain {figures['oracle_gain']:+.1%} ± {figures['oracle_gain_stderr']:.1%}"]
+            parts = []
+            if oracle_gain is not None:
+                parts.append(f"oracle gain {oracle_gain:+.1%} ± {figures['oracle_gain_stderr']:.1%}")
             for case in ("random", "active"):
                 if f"{case}_gain" in figures:
-                    fraction = figures[f"{case}_fraction_of_oracle"]
-                    share = f"{fraction:.0%} of the oracle's" if fraction is not None else "oracle gained nothing"
-                    parts.append(
-                        f"{case} {figures[f'{case}_gain']:+.1%} ± {figures[f'{case}_gain_stderr']:.1%} ({share})"
-                    )
-            if "labels_for_random_gain" in figures and figures.get("random_gain", 0) <= 0:
+                    text = f"{case} {figures[f'{case}_gain']:+.1%} ± {figures[f'{case}_gain_stderr']:.1%}"
+                    if oracle_gain is not None:
+                        fraction = figures[f"{case}_fraction_of_oracle"]
+                        text += (
+                            f" ({fraction:.0%} of the oracle's)"
+                            if fraction is not None
+                            else " (oracle gained nothing)"
+                        )
+                    parts.append(text)
+            if "labels_for_random_gain" in figures and figures["random_gain"] <= 0:
                 parts.append("random queries gained nothing, so there is no gain to match")
             elif "labels_for_random_gain" in figures:
                 needed = figures["labels_for_random_gain"]

@@ -69,19 +69,20 @@ def _point(loop, number, comparisons, sampled, greedy, judges):
     )
 
 
-def test_the_verdict_compares_active_at_half_the_labels_with_random(loop, capsys):
-    def points(rounds):
-        """(comparisons, sampled, greedy, reward-model accuracy) a round."""
-        return [
-            _point(loop, number, comparisons, sampled, greedy, {"rm_oracle_accuracy": accuracy} if accuracy else {})
-            for number, (comparisons, sampled, greedy, accuracy) in enumerate(rounds, start=1)
-        ]
+def _rounds(loop, rounds):
+    """A case's points from (comparisons, sampled, greedy, reward-model accuracy) a round."""
+    return [
+        _point(loop, number, comparisons, sampled, greedy, {"rm_oracle_accuracy": accuracy} if accuracy else {})
+        for number, (comparisons, sampled, greedy, accuracy) in enumerate(rounds, start=1)
+    ]
 
+
+def test_the_verdict_compares_active_at_half_the_labels_with_random(loop, capsys):
     base = {"sampled_success": 0.50, "greedy_success": 0.40}
     results = {
-        "random": (base, points([(250, 0.52, 0.40, 0.74), (500, 0.56, 0.41, 0.77)])),
-        "active": (base, points([(125, 0.53, 0.40, 0.78), (250, 0.57, 0.38, 0.80)])),
-        "oracle": (base, points([(0, 0.55, 0.40, None), (0, 0.60, 0.40, None)])),
+        "random": (base, _rounds(loop, [(250, 0.52, 0.40, 0.74), (500, 0.56, 0.41, 0.77)])),
+        "active": (base, _rounds(loop, [(125, 0.53, 0.40, 0.78), (250, 0.57, 0.38, 0.80)])),
+        "oracle": (base, _rounds(loop, [(0, 0.55, 0.40, None), (0, 0.60, 0.40, None)])),
     }
     verdict = loop.report(results, SimpleNamespace(eval_tasks=200, eval_samples=4))
     assert verdict["sampled"]["active_minus_random"] == pytest.approx(0.01)
@@ -93,6 +94,23 @@ def test_the_verdict_compares_active_at_half_the_labels_with_random(loop, capsys
     assert "active (250 comparisons) minus random (500): +1.0%" in printed
     # Active's reward model passed random's last accuracy (77 %) after its first 125 comparisons.
     assert verdict["reward_model"]["comparisons_for_random_final_accuracy"] == {"random": 500, "active": 125}
+
+
+def test_without_the_oracle_case_the_verdict_still_compares_active_with_random(loop, capsys):
+    base = {"sampled_success": 0.50, "greedy_success": 0.40}
+    results = {
+        "random": (base, _rounds(loop, [(24, 0.49, 0.38, 0.70), (48, 0.55, 0.41, 0.73)])),
+        "active": (base, _rounds(loop, [(12, 0.51, 0.40, 0.72), (24, 0.56, 0.37, 0.71)])),
+    }
+    verdict = loop.report(results, SimpleNamespace(eval_tasks=200, eval_samples=4))
+    assert verdict["sampled"]["active_minus_random"] == pytest.approx(0.01)
+    assert verdict["greedy"]["active_minus_random"] == pytest.approx(-0.04)
+    assert verdict["sampled"]["labels_for_random_gain"] == {"random": 48, "active": 24}
+    assert "oracle_gain" not in verdict["sampled"] and "random_fraction_of_oracle" not in verdict["sampled"]
+    printed = capsys.readouterr().out
+    assert "sampled: random +5.0% ± 4.0%; active +6.0% ± 4.0%; comparisons to reach random's final gain: " in printed
+    assert "active (24 comparisons) minus random (48): +1.0%" in printed
+    assert "greedy: random +1.0% ± 3.0%; active -3.0% ± 3.0%;" in printed
 
 
 def test_the_plot_is_written_as_svg_and_as_a_png_rendered_by_chromium(loop, tmp_path, capsys):
