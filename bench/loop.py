@@ -813,6 +813,8 @@ def render_png(body: str, path: Path, width: int, height: int) -> None:
             done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         except subprocess.TimeoutExpired as exc:
             raise RuntimeError(f"{browser} did not finish the screenshot in {exc.timeout:.0f} s") from exc
+        except OSError as exc:  # found on PATH but not runnable
+            raise RuntimeError(f"{browser} could not be started: {exc}") from exc
     if done.returncode != 0 or not path.exists():
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"{browser} exited with {done.returncode} and wrote no PNG: {last[:200]}")
