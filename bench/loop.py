@@ -788,10 +788,15 @@ def plot(results: dict[str, tuple[dict[str, Any], list[Point]]], path: Path) -> 
         print(f"plot: {', '.join(map(str, svg_paths))} (no PNG: {exc})")
 
 
+def find_chromium() -> str | None:
+    """The Chromium (or Chrome) on PATH, by the names Debian and others install it under."""
+    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+
+
 def render_png(body: str, path: Path, width: int, height: int) -> None:
     """Screenshots `body` (HTML) into the PNG `path` with Chromium's own headless mode: the browser alone, no Python
     package (Playwright is a test extra, and `./run.sh` does not install it). RuntimeError says why it could not."""
-    browser = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+    browser = find_chromium()
     if browser is None:
         raise RuntimeError("Chromium is not installed (Debian: apt-get install chromium)")
     with tempfile.TemporaryDirectory() as scratch:

@@ -114,10 +114,9 @@ def test_without_the_oracle_case_the_verdict_still_compares_active_with_random(l
 
 
 def test_the_plot_is_written_as_svg_and_as_a_png_rendered_by_chromium(loop, tmp_path, capsys):
-    import shutil
     import struct
 
-    if shutil.which("chromium") is None:
+    if loop.find_chromium() is None:
         pytest.skip("needs Chromium (CI installs Debian's chromium)")
     base = {"sampled_success": 0.50, "greedy_success": 0.40}
     results = {
@@ -138,14 +137,15 @@ def test_the_plot_is_written_as_svg_and_as_a_png_rendered_by_chromium(loop, tmp_
 def test_without_a_runnable_chromium_the_plot_says_why_there_is_no_png(loop, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(loop.shutil, "which", lambda name: None)
     base = {"sampled_success": 0.50, "greedy_success": 0.40}
-    loop.plot({"random": (base, [_point(loop, 1, 100, 0.55, 0.41, {})])}, tmp_path / "loop.png")
+    results = {"random": (base, [_point(loop, 1, 100, 0.55, 0.41, {})])}
+    loop.plot(results, tmp_path / "loop.png")
     assert not (tmp_path / "loop.png").exists()
     assert (tmp_path / "loop-sampled.svg").exists()
     assert "(no PNG: Chromium is not installed (Debian: apt-get install chromium))" in capsys.readouterr().out
     broken = tmp_path / "chromium"
     broken.write_text("not a program")  # on PATH, but without the execute bit
     monkeypatch.setattr(loop.shutil, "which", lambda name: str(broken))
-    loop.plot({"random": (base, [_point(loop, 1, 100, 0.55, 0.41, {})])}, tmp_path / "loop.png")
+    loop.plot(results, tmp_path / "loop.png")
     assert f"(no PNG: {broken} could not be started: " in capsys.readouterr().out
 
 
