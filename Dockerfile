@@ -2,7 +2,7 @@
 # CPU build is pinned here for size; a GPU deployment overrides TORCH_SPEC with a CUDA build at build time.
 FROM python:3.11-slim
 ARG TORCH_SPEC="torch==2.13.0"
-ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 TANDEM_DATA_DIR=/data HF_HUB_OFFLINE=1
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 TANDEM_DATA_DIR=/data HF_HUB_OFFLINE=1 TANDEM_COLLECTED_STATIC=true
 WORKDIR /app
 RUN apt-get update && apt-get install -y --no-install-recommends curl && rm -rf /var/lib/apt/lists/*
 # Unquoted on purpose: the GPU build passes "torch==… --index-url …".

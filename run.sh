@@ -12,7 +12,7 @@ mkdir -p "$TANDEM_DATA_DIR/logs"
 
 scripts/install.sh
 py=.venv/bin/python
-$py manage.py init_secret_key
+$py -m feedback_app.secret_key
 $py manage.py migrate --noinput
 $py manage.py bootstrap_demo
 

@@ -15,6 +15,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_
 export DJANGO_ALLOW_ASYNC_UNSAFE=true
 export TANDEM_DATA_DIR="${TANDEM_DATA_DIR:-$PWD/var/test}"
 mkdir -p "$TANDEM_DATA_DIR"
+.venv/bin/python -m feedback_app.secret_key >/dev/null
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

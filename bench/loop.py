@@ -848,8 +848,14 @@ def main(argv: list[str] | None = None) -> int:
     servers = Servers(data_dir, args.port or free_port(), concurrency=parallel)
     for name in ("DATABASE_URL", "CELERY_BROKER_URL"):
         os.environ.pop(name, None)
-    os.environ.update(TANDEM_DATA_DIR=str(data_dir), DJANGO_SETTINGS_MODULE="feedback_app.settings")
-    servers.manage("init_secret_key")
+    # The base policy lies outside the project's own artifact folders: the bench shares its folder, as an operator
+    # shares a base model (TANDEM_SHARED_MODEL_ROOTS).
+    os.environ.update(
+        TANDEM_DATA_DIR=str(data_dir),
+        DJANGO_SETTINGS_MODULE="feedback_app.settings",
+        TANDEM_SHARED_MODEL_ROOTS=str(policy_dir.parent),
+    )
+    subprocess.run([sys.executable, "-m", "feedback_app.secret_key"], cwd=ROOT, env=servers.env(), check=True)
     servers.manage("migrate", "--noinput", "-v", "0")
     setup = set_up(args, cases, policy_dir, crowd)
     test_pairs = oracle_test_pairs(policy_dir, args.test_tasks, args.seed) if set(cases) - {"oracle"} else []

@@ -50,6 +50,10 @@ def setup_django(data_dir: Path) -> None:
             "HF_HUB_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
             "DJANGO_SETTINGS_MODULE": "feedback_app.settings",
+            "SECRET_KEY": "train-bench-not-a-secret",
+            # The base model is built beside the data folder, outside the project's own folders: shared, as an
+            # operator shares a base model.
+            "TANDEM_SHARED_MODEL_ROOTS": str(data_dir.parent),
         }
     )
     import django

@@ -63,3 +63,14 @@ def env_path(name: str, default: Path) -> Path:
     if not value.strip():
         raise ImproperlyConfigured(f"{name} must be a directory path, got an empty string.")
     return Path(value).expanduser().resolve()
+
+
+def env_path_list(name: str) -> list[Path]:
+    """Comma-separated absolute directory paths; unset or empty gives none."""
+    paths = []
+    for item in env_list(name, []):
+        path = Path(item).expanduser()
+        if not path.is_absolute():
+            raise ImproperlyConfigured(f"{name} must list absolute paths, got {item!r}.")
+        paths.append(path.resolve())
+    return paths

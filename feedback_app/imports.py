@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from itertools import chain, islice
 from typing import IO, Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
 from feedback_app.models import Comparison, PolicyVersion, Project, Step, Task, Trajectory
 from feedback_app.models.trajectories import PolicyKind, TrajectorySource
-from feedback_app.serializers import PreferenceImportSerializer, TrajectoryImportSerializer
+from feedback_app.serializers import PreferenceImportSerializer, TrajectoryImportSerializer, trajectory_size_problem
+from feedback_app.text_checks import json_problem
 
 MAX_REPORTED_ERRORS = 100
 CHUNK_BYTES = 1 << 20
@@ -127,6 +129,8 @@ def _parse_line(number: int, line: bytes) -> Iterator[tuple[int, Any]]:
         yield number, RowError(number, "(line)", f"malformed JSON on line {number}: {exc.msg} at column {exc.colno}")
     except ValueError as exc:  # not UTF-8, or NaN / Infinity
         yield number, RowError(number, "(line)", f"malformed JSON on line {number}: {exc}")
+    except RecursionError:
+        yield number, RowError(number, "(line)", f"line {number} is nested too deeply")
 
 
 def _reject_constant(name: str) -> Any:
@@ -197,6 +201,8 @@ class _ArrayRows:
                 return self._error(index, exc.msg, exc.pos)
             except ValueError as exc:
                 return self._error(index, str(exc), self.pos)
+            except RecursionError:
+                return self._error(index, "the element is nested too deeply", self.pos)
             if end == len(self.buf) and not self.eof and self._more():
                 continue  # a number at the very end may go on in the next chunk
             self.pos = end
@@ -253,6 +259,8 @@ class _RowKind:
                 checked.append(
                     (number, obj, None, [RowError(number, "(row)", f"expected a JSON object, got {_json_type(obj)}")])
                 )
+            elif problem := json_problem(obj):
+                checked.append((number, obj, None, [RowError(number, problem[0], problem[1])]))
             else:
                 data = self.fast(obj)
                 if data is None:
@@ -415,7 +423,7 @@ def plain_trajectory_row(row: dict) -> dict | None:
     external_id, task, steps = row.get("external_id"), row.get("task"), row.get("steps")
     if not _text(external_id, blank=False, trim=True, max_length=255) or type(task) is not dict:
         return None
-    if type(steps) is not list or not steps:
+    if type(steps) is not list or not steps or len(steps) > settings.TANDEM_MAX_TRAJECTORY_STEPS:
         return None
     out_task: dict[str, Any] = {}
     if "external_id" in task:
@@ -464,6 +472,8 @@ def plain_trajectory_row(row: dict) -> dict | None:
     if type(metadata) is not dict:
         return None
     out["metadata"] = dict(metadata)
+    if trajectory_size_problem(out["steps"]):
+        return None  # the serializer words the error
     return out
 
 

@@ -366,6 +366,8 @@ def _create_rollout(project: Project, policy: PolicyVersion | None, values: Mapp
         errors["base_policy"] = "the project has no policy version Tandem can run"
     elif policy.kind == "external":
         errors["base_policy"] = f"{policy.name} is external: Tandem cannot run it, only import its trajectories"
+    elif location := policy.location_errors():
+        errors["base_policy"] = next(iter(location.values()))
     try:
         config = config_from_dict(RolloutConfig, values)
     except ConfigError as exc:

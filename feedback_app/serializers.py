@@ -108,10 +108,37 @@ class TrajectoryImportSerializer(serializers.Serializer):
                 attrs["metadata"] = {**attrs["metadata"], "final_observation": trailing}
         if not attrs["steps"]:
             raise serializers.ValidationError({"steps": "A trajectory needs at least one step."})
+        too_large = trajectory_size_problem(attrs["steps"])
+        if too_large:
+            raise serializers.ValidationError({"steps": too_large})
         task = attrs["task"]
         if not task.get("external_id") and task.get("seed") is None and not task.get("instruction"):
             raise serializers.ValidationError({"task": "Identify the task by external_id or seed, or give its text."})
         return attrs
+
+
+def trajectory_size_problem(steps: list[dict]) -> str | None:
+    """Why a trajectory is too large to store (TANDEM_MAX_TRAJECTORY_STEPS, TANDEM_MAX_TRAJECTORY_BYTES), or None.
+    Bytes count the steps' text in UTF-8 and their tool calls' arguments as JSON."""
+    from django.conf import settings
+
+    if len(steps) > settings.TANDEM_MAX_TRAJECTORY_STEPS:
+        return (
+            f"{len(steps)} steps; a trajectory may have at most {settings.TANDEM_MAX_TRAJECTORY_STEPS} "
+            "(TANDEM_MAX_TRAJECTORY_STEPS)"
+        )
+    size = 0
+    for step in steps:
+        for name in ("observation", "reasoning", "action"):
+            size += len(step.get(name, "").encode("utf-8", "surrogatepass"))
+        for call in step.get("tool_calls", ()):
+            size += len(json.dumps(call.get("arguments", {}), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if size > settings.TANDEM_MAX_TRAJECTORY_BYTES:
+        return (
+            f"{size} bytes of step text; a trajectory may have at most {settings.TANDEM_MAX_TRAJECTORY_BYTES} "
+            "(TANDEM_MAX_TRAJECTORY_BYTES)"
+        )
+    return None
 
 
 def messages_to_steps(messages: list[dict]) -> tuple[list[dict], str, str]:

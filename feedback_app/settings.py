@@ -13,26 +13,29 @@ from urllib.parse import urlparse
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from feedback_app.env import env_bool, env_int, env_list, env_path, env_str
+from feedback_app.env import env_bool, env_int, env_list, env_path, env_path_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = env_path("TANDEM_DATA_DIR", BASE_DIR / "var")
 
-DEBUG = env_bool("DEBUG", True)
+# Off unless asked for: with DEBUG on, a 404 lists every URL pattern and a 500 shows a traceback with local variables.
+DEBUG = env_bool("DEBUG", False)
 
-# The laptop command generates this file once (`manage.py init_secret_key`) and keeps it, so sessions survive
-# restarts. With DEBUG off the key must be given explicitly: a production deployment never relies on a file that
-# happens to lie around.
+# SECRET_KEY from the environment, or else the key file the laptop command generates once and keeps
+# (`python -m feedback_app.secret_key`), so sessions survive restarts. Without either, only DEBUG may run, on a
+# fixed development key.
 SECRET_KEY_FILE = DATA_DIR / "secret_key"
 SECRET_KEY = env_str("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY is required when DEBUG is off.")
     if SECRET_KEY_FILE.exists():
         SECRET_KEY = SECRET_KEY_FILE.read_text().strip()
+    elif DEBUG:
+        SECRET_KEY = "insecure-development-key-run-python-m-feedback-app-secret-key"
     else:
-        # Only until `init_secret_key` has run (tests, a first `manage.py` call): sessions then do not survive.
-        SECRET_KEY = "insecure-development-key-run-manage-py-init-secret-key"
+        raise ImproperlyConfigured(
+            f"SECRET_KEY is required when DEBUG is off: set it, or create {SECRET_KEY_FILE} with "
+            "`python -m feedback_app.secret_key`."
+        )
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -58,6 +61,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "feedback_app.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -127,23 +131,55 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = env_path("STATIC_ROOT", DATA_DIR / "staticfiles")
+# Where collectstatic copies the files; only a collected set-up (TANDEM_COLLECTED_STATIC, below) serves from it.
+STATIC_ROOT = env_path("STATIC_ROOT", DATA_DIR / "staticfiles") if env_bool("TANDEM_COLLECTED_STATIC", False) else None
 MEDIA_URL = "media/"
 MEDIA_ROOT = env_path("MEDIA_ROOT", DATA_DIR / "media")
 # Model weights, tokenizers, checkpoints and exported datasets. On a team set-up this is a volume shared by the
 # web, rollout and training workers.
 ARTIFACT_ROOT = env_path("ARTIFACT_ROOT", DATA_DIR / "artifacts")
+# Folders of base models every project may load (a policy version's weights, a judge's base model), besides its own
+# artifact folders. Comma-separated absolute paths; see feedback_app/model_locations.py.
+TANDEM_SHARED_MODEL_ROOTS = [str(path) for path in env_path_list("TANDEM_SHARED_MODEL_ROOTS")]
+# Hosts an endpoint policy may call: names, *.domain wildcards, IP addresses or networks, or * for any host whose
+# addresses are all public. Empty: no endpoint policies. Loopback, link-local and private addresses need an entry
+# that names them.
+TANDEM_ENDPOINT_ALLOWLIST = env_list("TANDEM_ENDPOINT_ALLOWLIST", [])
+# Static files: the laptop command and the tests serve them through WhiteNoise straight from the apps' folders; an
+# image that ran collectstatic at build time (TANDEM_COLLECTED_STATIC) serves the hashed, compressed copies.
+TANDEM_COLLECTED_STATIC = env_bool("TANDEM_COLLECTED_STATIC", False)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
-        if not DEBUG
+        if TANDEM_COLLECTED_STATIC
         else "django.contrib.staticfiles.storage.StaticFilesStorage"
     },
 }
+WHITENOISE_USE_FINDERS = not TANDEM_COLLECTED_STATIC
+WHITENOISE_AUTOREFRESH = DEBUG
 
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
-CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+# Behind HTTPS (a TLS-terminating proxy that sets X-Forwarded-Proto): secure cookies, HSTS and a redirect of plain
+# HTTP. Off on the laptop, which serves plain HTTP on localhost.
+TANDEM_HTTPS = env_bool("TANDEM_HTTPS", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", TANDEM_HTTPS)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", TANDEM_HTTPS)
+if TANDEM_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000, minimum=0)
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy of every page (feedback_app/security.py): scripts, styles, images and requests only from
+# Tandem itself; no inline script.
+TANDEM_CSP = env_str(
+    "TANDEM_CSP",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'",
+)
 
 # --- Celery -------------------------------------------------------------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
@@ -202,6 +238,10 @@ for _scope, _rate in TANDEM_API_THROTTLE_RATES.items():
         raise ImproperlyConfigured(f"TANDEM_API_THROTTLE_{_scope.upper()} must look like 100/hour, got {_rate!r}.")
 # The largest import body (trajectories or preferences) the API accepts, in bytes.
 TANDEM_IMPORT_MAX_BYTES = env_int("TANDEM_IMPORT_MAX_BYTES", 100 * 1024 * 1024, minimum=1)
+# The largest trajectory Tandem stores (imports, the API): steps, and bytes of step text and tool-call arguments. A
+# larger one is refused with a 400 naming the limit; its pages would be too large to label.
+TANDEM_MAX_TRAJECTORY_STEPS = env_int("TANDEM_MAX_TRAJECTORY_STEPS", 1000, minimum=1)
+TANDEM_MAX_TRAJECTORY_BYTES = env_int("TANDEM_MAX_TRAJECTORY_BYTES", 8 * 1024 * 1024, minimum=1024)
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "feedback_app.api.schema.TandemAutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -213,8 +253,13 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "feedback_app.api.permissions.ReadOnlyTokenPermission",
     ],
+    "DEFAULT_PARSER_CLASSES": [
+        "feedback_app.api.parsers.CheckedJSONParser",
+        "feedback_app.api.parsers.CheckedFormParser",
+        "feedback_app.api.parsers.CheckedMultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "feedback_app.api.pagination.ApiCursorPagination",
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["feedback_app.api.filtering.TandemFilterBackend"],
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.AnonRateThrottle",
         "rest_framework.throttling.UserRateThrottle",
@@ -248,8 +293,3 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
-
-# The laptop command serves static files through WhiteNoise straight from the apps' folders (no collectstatic);
-# production builds them once with collectstatic.
-WHITENOISE_USE_FINDERS = DEBUG
-WHITENOISE_AUTOREFRESH = DEBUG

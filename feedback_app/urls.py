@@ -93,3 +93,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
 ]
+
+handler400 = "feedback_app.views.errors.bad_request"
+handler403 = "feedback_app.views.errors.permission_denied"
+handler404 = "feedback_app.views.errors.page_not_found"
+handler500 = "feedback_app.views.errors.server_error"

@@ -7,6 +7,19 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
+def _pytest_temp_root() -> str:
+    import getpass
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"pytest-of-{getpass.getuser()}")
+
+
+# The tests build their tiny models in pytest's temporary folders, outside any project's artifact folders: they are
+# the shared model roots, as an operator shares base models (feedback_app/model_locations.py). Celery worker
+# processes the tests start read the same variable.
+os.environ["TANDEM_SHARED_MODEL_ROOTS"] = _pytest_temp_root()
+
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -19,6 +32,7 @@ def pytest_configure(config) -> None:
     from django.conf import settings
 
     settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+    settings.TANDEM_SHARED_MODEL_ROOTS = [os.path.realpath(_pytest_temp_root())]
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # Two test processes on two cores: one torch thread each, or each process's threads wait on the other's.
         import torch
@@ -289,7 +303,11 @@ def browser_page_for(chromium, live_server):
     def open_page(user, *, width: int = 1280, height: int = 900):
         client = Client()
         client.force_login(user)
-        context = chromium.new_context(viewport={"width": width, "height": height}, base_url=live_server.url)
+        # Playwright's wait_for_function compiles its predicate with eval, which Tandem's Content-Security-Policy
+        # forbids; the page sweep checks the policy itself, in contexts of its own.
+        context = chromium.new_context(
+            viewport={"width": width, "height": height}, base_url=live_server.url, bypass_csp=True
+        )
         context.add_cookies(
             [
                 {

@@ -32,7 +32,7 @@ def bootstrap_config(run: TrainingRun) -> BootstrapConfig:
             values.setdefault(field_name, environment.config[env_key])
     if settings.TANDEM_TORCH_THREADS:
         values.setdefault("num_threads", settings.TANDEM_TORCH_THREADS)
-    values["output_dir"] = str(settings.ARTIFACT_ROOT / "policies" / f"bootstrap-run-{run.pk}")
+    values["output_dir"] = str(settings.ARTIFACT_ROOT / "policies" / str(run.project_id) / f"bootstrap-run-{run.pk}")
     return BootstrapConfig(**values)
 
 

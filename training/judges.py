@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import transaction
 
 from feedback_app.exports.snapshots import snapshot_file, verify_snapshot
+from feedback_app.model_locations import LocationError, check_model_path
 from feedback_app.models import (
     DatasetSnapshot,
     Evaluation,
@@ -101,7 +102,14 @@ def judge_config(run: TrainingRun) -> Any:
             raise ConfigError(name, "is set by Tandem from the run (snapshot, base policy, run directory)")
     values["data_path"] = str(snapshot_file(run.snapshot))
     values["snapshot_hash"] = run.snapshot.content_hash
-    values["base_model"] = run.base_policy.weights_path if run.base_policy else run.inputs.get("base_model", "")
+    try:
+        values["base_model"] = (
+            run.base_policy.policy_spec()["path"]
+            if run.base_policy
+            else check_model_path(run.project_id, run.inputs.get("base_model", ""))
+        )
+    except LocationError as exc:
+        raise ConfigError("base_model", str(exc)) from None
     values["output_dir"] = str(run_output_dir(run))
     for setting, model_id in (run.inputs.get("judges") or {}).items():
         values[setting] = RegisteredModel.objects.get(pk=model_id, project=run.project).path
@@ -145,8 +153,13 @@ def create_judge_run(
             errors["base_policy"] = "belongs to another project"
         elif base_policy.kind != PolicyKind.LOCAL:
             errors["base_policy"] = f"is a {base_policy.kind} policy; a judge model needs local weights"
-    if base_model and not Path(base_model).is_dir():
-        errors["base_model"] = f"no such model directory: {base_model}"
+        elif location := base_policy.location_errors():
+            errors["base_policy"] = location["weights_path"]
+    if base_model:
+        try:
+            check_model_path(project.pk, base_model)
+        except LocationError as exc:
+            errors["base_model"] = str(exc)
     name = (config or {}).get("name")
     if name is not None:
         if not isinstance(name, str) or not name.strip() or len(name) > 120:

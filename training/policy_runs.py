@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import transaction
 
 from feedback_app.exports.snapshots import snapshot_file, verify_snapshot
+from feedback_app.model_locations import LocationError
 from feedback_app.models import (
     DatasetSnapshot,
     Evaluation,
@@ -152,7 +153,10 @@ def policy_config(run: TrainingRun) -> Any:
         if name in values:
             raise ConfigError(name, "is set by Tandem from the run (base policy, snapshot, judges, environment)")
     values.update(trainer.implied)
-    values["policy_path"] = run.base_policy.weights_path
+    try:
+        values["policy_path"] = run.base_policy.policy_spec()["path"]
+    except LocationError as exc:
+        raise ConfigError("base_policy", str(exc)) from None
     values["output_dir"] = str(run_output_dir(run))
     values["environment"] = run.project.environment.dotted_path
     values["environment_config"] = dict(run.project.environment.config or {})
@@ -190,6 +194,8 @@ def create_policy_run(
         errors["base_policy"] = "belongs to another project"
     elif base_policy.kind != PolicyKind.LOCAL:
         errors["base_policy"] = f"is a {base_policy.kind} policy; fine-tuning needs local weights"
+    elif location := base_policy.location_errors():
+        errors["base_policy"] = location["weights_path"]
     if trainer.export_kinds:
         if snapshot is None:
             errors["snapshot"] = (

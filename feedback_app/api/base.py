@@ -14,7 +14,23 @@ from feedback_app.models import Role
 ALL_ROLES = (Role.ANNOTATOR, Role.RESEARCHER, Role.ADMIN)
 
 
-class ProjectScopedMixin:
+class ThrottleAfterAccessMixin:
+    """DRF counts a request against the rate limits in `initial()`, before a view has fetched its project, so an
+    outsider over the limit would get 429 where every outsider must get 404. A view with this mixin is throttled
+    once its access check has passed: it calls `access_checked(request)` right after it."""
+
+    _access_checked = False
+
+    def check_throttles(self, request) -> None:
+        if self._access_checked:
+            super().check_throttles(request)
+
+    def access_checked(self, request) -> None:
+        self._access_checked = True
+        self.check_throttles(request)
+
+
+class ProjectScopedMixin(ThrottleAfterAccessMixin):
     """Sets `self.project` and `self.membership`. Roles per method come from `read_roles` / `write_roles`, or per
     action from `roles_for_action` (e.g. {"cancel": MANAGER_ROLES})."""
 
@@ -26,6 +42,7 @@ class ProjectScopedMixin:
     def initial(self, request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)
         self.project, self.membership = get_project_for_role(request, kwargs["project_pk"], *self.required_roles())
+        self.access_checked(request)
 
     def required_roles(self) -> tuple[str, ...]:
         action = getattr(self, "action", None)

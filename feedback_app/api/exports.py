@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from feedback_app.access import MANAGER_ROLES, get_project_for_role
+from feedback_app.api.base import ThrottleAfterAccessMixin
 from feedback_app.api.schema import ErrorSerializer, ValidationErrorSerializer
 from feedback_app.exports import (
     MEDIA_TYPES,
@@ -140,7 +141,7 @@ FILTER_PARAMETERS = [
 # --- exports -------------------------------------------------------------------------------------------------------
 
 
-class ExportView(APIView):
+class ExportView(ThrottleAfterAccessMixin, APIView):
     content_negotiation_class = ExportNegotiation
     renderer_classes = [JSONRenderer]
 
@@ -167,6 +168,7 @@ class ExportView(APIView):
     )
     def get(self, request, project_pk: int, kind: str) -> StreamingHttpResponse:
         project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
+        self.access_checked(request)
         try:
             export_kind = parse_kind(kind)
             fmt = parse_format(request.query_params.get("format"))
@@ -186,7 +188,7 @@ class ExportView(APIView):
 
 class SnapshotSerializer(serializers.ModelSerializer):
     format = serializers.SerializerMethodField()
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     download_url = serializers.SerializerMethodField()
 
     class Meta:
@@ -235,7 +237,7 @@ class SnapshotCreateSerializer(serializers.Serializer):
             raise serializers.ValidationError(exc.errors) from None
 
 
-class SnapshotListView(generics.GenericAPIView):
+class SnapshotListView(ThrottleAfterAccessMixin, generics.GenericAPIView):
     serializer_class = SnapshotSerializer
 
     def get_queryset(self):
@@ -250,6 +252,7 @@ class SnapshotListView(generics.GenericAPIView):
     )
     def get(self, request, project_pk: int) -> Response:
         get_project_for_role(request, project_pk, *MANAGER_ROLES)
+        self.access_checked(request)
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
@@ -263,6 +266,7 @@ class SnapshotListView(generics.GenericAPIView):
     )
     def post(self, request, project_pk: int) -> Response:
         project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
+        self.access_checked(request)
         body = SnapshotCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
@@ -278,25 +282,26 @@ class SnapshotListView(generics.GenericAPIView):
         return Response(SnapshotDetailSerializer(snapshot).data, status=status.HTTP_201_CREATED)
 
 
-def _get_snapshot(request, snapshot_pk: int) -> DatasetSnapshot:
+def _get_snapshot(view: ThrottleAfterAccessMixin, request, snapshot_pk: int) -> DatasetSnapshot:
     snapshot = DatasetSnapshot.objects.select_related("created_by").filter(pk=snapshot_pk).first()
     if snapshot is None:
         raise NotFound("No such snapshot.")
     get_project_for_role(request, snapshot.project_id, *MANAGER_ROLES)
+    view.access_checked(request)
     return snapshot
 
 
-class SnapshotDetailView(APIView):
+class SnapshotDetailView(ThrottleAfterAccessMixin, APIView):
     @extend_schema(
         operation_id="get_snapshot",
         summary="One snapshot, with its content hash, row count and row ids",
         responses={200: SnapshotDetailSerializer, 403: FORBIDDEN, 404: NOT_FOUND},
     )
     def get(self, request, snapshot_pk: int) -> Response:
-        return Response(SnapshotDetailSerializer(_get_snapshot(request, snapshot_pk)).data)
+        return Response(SnapshotDetailSerializer(_get_snapshot(self, request, snapshot_pk)).data)
 
 
-class SnapshotDownloadView(APIView):
+class SnapshotDownloadView(ThrottleAfterAccessMixin, APIView):
     content_negotiation_class = ExportNegotiation
     renderer_classes = [JSONRenderer]
 
@@ -314,7 +319,7 @@ class SnapshotDownloadView(APIView):
         },
     )
     def get(self, request, snapshot_pk: int) -> FileResponse:
-        snapshot = _get_snapshot(request, snapshot_pk)
+        snapshot = _get_snapshot(self, request, snapshot_pk)
         if not snapshot_file(snapshot).is_file():
             raise NotFound("The snapshot's file is missing from the artifact store.")
         response = FileResponse(

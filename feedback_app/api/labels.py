@@ -20,6 +20,7 @@ from rest_framework.response import Response
 
 from feedback_app.api import serializers as s
 from feedback_app.api.base import ALL_ROLES, Conflict, ProjectScopedMixin
+from feedback_app.api.filtering import TandemFilterSet
 from feedback_app.api.schema import ErrorSerializer
 from feedback_app.interventions import validate_correction
 from feedback_app.models import Comparison, Critique, FeedbackKind, Intervention, Rating, StepLabel
@@ -29,7 +30,7 @@ from feedback_app.queue import LeaseLost, complete
 STEP_PAGE_KINDS = {FeedbackKind.STEP_LABEL, FeedbackKind.CRITIQUE, FeedbackKind.RATING, FeedbackKind.INTERVENTION}
 
 
-class LabelFilter(filters.FilterSet):
+class LabelFilter(TandemFilterSet):
     revisions = filters.ChoiceFilter(
         choices=[("current", "current"), ("all", "all")],
         method="filter_revisions",

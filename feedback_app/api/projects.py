@@ -5,13 +5,13 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import ProtectedError
-from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.response import Response
 
 from feedback_app.access import MANAGER_ROLES, get_membership, get_project_for_role
-from feedback_app.api.base import Conflict, ProjectScopedMixin
+from feedback_app.api.base import Conflict, ProjectScopedMixin, ThrottleAfterAccessMixin
+from feedback_app.api.filtering import TandemFilterSet
 from feedback_app.api.schema import ErrorSerializer
 from feedback_app.api.serializers import PolicyVersionSerializer, ProjectSerializer, TaskSerializer
 from feedback_app.models import Membership, PolicyVersion, Project, Role, Task
@@ -45,11 +45,16 @@ def destroy_unless_used(instance, what: str) -> Response:
         responses={204: None, 409: IN_USE},
     ),
 )
-class ProjectViewSet(viewsets.ModelViewSet):
+class ProjectViewSet(ThrottleAfterAccessMixin, viewsets.ModelViewSet):
     serializer_class = ProjectSerializer
     lookup_url_kwarg = "project_pk"
     lookup_value_converter = "int"
     filterset_fields = ["blind"]
+
+    def initial(self, request, *args, **kwargs) -> None:
+        super().initial(request, *args, **kwargs)
+        if "project_pk" not in kwargs:  # the list and create: nothing of another's to hide
+            self.access_checked(request)
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
@@ -73,6 +78,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
             project, _ = get_project_for_role(self.request, pk, Role.ADMIN)
         else:
             project = get_membership(self.request, pk).project
+        self.access_checked(self.request)
         return project
 
     def perform_create(self, serializer) -> None:
@@ -88,7 +94,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
         destroy_unless_used(instance, "project")
 
 
-class TaskFilter(filters.FilterSet):
+class TaskFilter(TandemFilterSet):
     class Meta:
         model = Task
         fields = ["split", "seed", "external_id"]

@@ -10,7 +10,8 @@ from rest_framework.response import Response
 
 from feedback_app.access import MANAGER_ROLES
 from feedback_app.api.base import Conflict, ProjectScopedMixin
-from feedback_app.api.schema import ErrorSerializer
+from feedback_app.api.filtering import TandemFilterSet
+from feedback_app.api.schema import ErrorSerializer, ValidationErrorSerializer
 from feedback_app.api.serializers import (
     AssignmentSerializer,
     EvaluationSerializer,
@@ -37,7 +38,7 @@ RUN_LAUNCH = PolymorphicProxySerializer(
 )
 
 
-class AssignmentFilter(filters.FilterSet):
+class AssignmentFilter(TandemFilterSet):
     kind = filters.CharFilter(field_name="item__kind")
 
     class Meta:
@@ -62,7 +63,7 @@ class AssignmentViewSet(ProjectScopedMixin, viewsets.ReadOnlyModelViewSet):
         return assignments
 
 
-class TrainingRunFilter(filters.FilterSet):
+class TrainingRunFilter(TandemFilterSet):
     class Meta:
         model = TrainingRun
         fields = ["kind", "status", "base_policy"]
@@ -85,7 +86,7 @@ class TrainingRunFilter(filters.FilterSet):
         request=RUN_LAUNCH,
         responses={
             201: TrainingRunSerializer,
-            400: OpenApiResponse(ErrorSerializer, description="A bad field or pipeline setting, named."),
+            400: OpenApiResponse(ValidationErrorSerializer, description="A bad field or pipeline setting, named."),
         },
     ),
 )
@@ -163,7 +164,7 @@ class TrainingRunViewSet(
         return Response(self.get_serializer(run).data)
 
 
-class EvaluationFilter(filters.FilterSet):
+class EvaluationFilter(TandemFilterSet):
     class Meta:
         model = Evaluation
         fields = ["policy_version", "run", "name", "decoding"]
@@ -194,7 +195,7 @@ class EvaluationViewSet(
         serializer.save(project=self.project)
 
 
-class RegisteredModelFilter(filters.FilterSet):
+class RegisteredModelFilter(TandemFilterSet):
     class Meta:
         model = RegisteredModel
         fields = ["kind", "snapshot", "base_policy"]

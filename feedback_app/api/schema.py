@@ -61,6 +61,18 @@ class TandemAutoSchema(AutoSchema):
             responses.setdefault(code, self._error_response(ErrorSerializer, description))
         return operation
 
+    def _map_basic_serializer(self, serializer, direction):
+        # Fields HiddenFieldsMixin drops for annotators (outcomes; policies in blind projects) are not in every
+        # response, so the schema must not call them required.
+        schema = super()._map_basic_serializer(serializer, direction)
+        meta = getattr(serializer, "Meta", None)
+        hidden = {*getattr(meta, "outcome_fields", ()), *getattr(meta, "policy_fields", ())}
+        if hidden and "required" in schema:
+            schema["required"] = [name for name in schema["required"] if name not in hidden]
+            if not schema["required"]:
+                del schema["required"]
+        return schema
+
     def get_tags(self) -> list[str]:
         # Group by resource (/api/projects/{project_pk}/comparisons/ -> "comparisons"), not all under "projects".
         parts = [part for part in self.path.split("/") if part and part != "api"]

@@ -13,6 +13,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from feedback_app.api.base import HiddenFieldsMixin
+from feedback_app.api.fields import TandemModelSerializer
 from feedback_app.labelling import displayed_order
 from feedback_app.models import (
     Assignment,
@@ -64,14 +65,14 @@ class ProjectRelatedField(serializers.PrimaryKeyRelatedField):
 # --- Projects -----------------------------------------------------------------------------------------------------
 
 
-class EnvironmentSpecSerializer(serializers.ModelSerializer):
+class EnvironmentSpecSerializer(TandemModelSerializer):
     class Meta:
         model = EnvironmentSpec
         fields = ["name", "dotted_path", "config"]
         read_only_fields = fields
 
 
-class ProjectSerializer(serializers.ModelSerializer):
+class ProjectSerializer(TandemModelSerializer):
     environment = serializers.SlugRelatedField(
         slug_field="name", queryset=EnvironmentSpec.objects.all(), help_text="The environment spec's name."
     )
@@ -135,7 +136,7 @@ class ProjectSerializer(serializers.ModelSerializer):
 # --- Tasks and policy versions ------------------------------------------------------------------------------------
 
 
-class TaskSerializer(serializers.ModelSerializer):
+class TaskSerializer(TandemModelSerializer):
     class Meta:
         model = Task
         fields = ["id", "instruction", "seed", "spec", "split", "external_id", "created_at"]
@@ -165,7 +166,7 @@ class WinRateSerializer(serializers.Serializer):
     high = serializers.FloatField(allow_null=True, help_text="Wilson 95 % interval, upper end.")
 
 
-class PolicyVersionSerializer(serializers.ModelSerializer):
+class PolicyVersionSerializer(TandemModelSerializer):
     parent = ProjectRelatedField(model=PolicyVersion, required=False, allow_null=True)
     human_win_rate = serializers.SerializerMethodField(
         help_text="How often annotators preferred this version over its parent (null without a parent)."
@@ -208,6 +209,17 @@ class PolicyVersionSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError({"endpoint_url": "An endpoint policy needs the endpoint's base URL."})
         if self.instance is not None and attrs.get("parent") == self.instance:
             raise serializers.ValidationError({"parent": "A policy version cannot be its own parent."})
+        project = self.context.get("project")
+        if project is not None:
+            candidate = PolicyVersion(
+                project_id=project.pk,
+                kind=kind,
+                weights_path=merged["weights_path"],
+                endpoint_url=merged["endpoint_url"],
+            )
+            errors = candidate.location_errors()
+            if errors:
+                raise serializers.ValidationError(errors)
         clash = _in_project(self, PolicyVersion, name=merged["name"])
         if self.instance is not None:
             clash = clash.exclude(pk=self.instance.pk)
@@ -219,7 +231,7 @@ class PolicyVersionSerializer(serializers.ModelSerializer):
 # --- Trajectories -------------------------------------------------------------------------------------------------
 
 
-class TrajectoryStepSerializer(HiddenFieldsMixin, serializers.ModelSerializer):
+class TrajectoryStepSerializer(HiddenFieldsMixin, TandemModelSerializer):
     class Meta:
         model = Step
         fields = [
@@ -243,7 +255,7 @@ class TrajectoryStepSerializer(HiddenFieldsMixin, serializers.ModelSerializer):
         }
 
 
-class TrajectorySerializer(HiddenFieldsMixin, serializers.ModelSerializer):
+class TrajectorySerializer(HiddenFieldsMixin, TandemModelSerializer):
     policy_name = serializers.CharField(source="policy_version.name", read_only=True, allow_null=True, default=None)
 
     class Meta:
@@ -293,7 +305,7 @@ class TrajectoryDetailSerializer(TrajectorySerializer):
 # --- Assignments --------------------------------------------------------------------------------------------------
 
 
-class QueueItemSerializer(HiddenFieldsMixin, serializers.ModelSerializer):
+class QueueItemSerializer(HiddenFieldsMixin, TandemModelSerializer):
     class Meta:
         model = QueueItem
         fields = ["id", "kind", "trajectory", "other_trajectory", "priority", "overlap", "is_gold", "gold_answer"]
@@ -302,7 +314,7 @@ class QueueItemSerializer(HiddenFieldsMixin, serializers.ModelSerializer):
         outcome_fields = ("is_gold", "gold_answer")
 
 
-class AssignmentSerializer(serializers.ModelSerializer):
+class AssignmentSerializer(TandemModelSerializer):
     item = QueueItemSerializer(read_only=True)
     annotator_username = serializers.CharField(source="annotator.username", read_only=True)
 
@@ -357,7 +369,9 @@ class LeasedAssignmentSerializer(AssignmentSerializer):
         pair = [item.trajectory_id, item.other_trajectory_id]
         return pair if self.get_displayed_order(assignment) == "ab" else pair[::-1]
 
-    @extend_schema_field(OpenApiTypes.STR)
+    @extend_schema_field(
+        serializers.ChoiceField(choices=Comparison._meta.get_field("displayed_order").choices, allow_null=True)
+    )
     def get_displayed_order(self, assignment: Assignment) -> str | None:
         return displayed_order(assignment) if assignment.item.other_trajectory_id is not None else None
 
@@ -371,8 +385,10 @@ class SkipSerializer(serializers.Serializer):
 # --- Runs and evaluations -----------------------------------------------------------------------------------------
 
 
-class TrainingRunSerializer(serializers.ModelSerializer):
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+class TrainingRunSerializer(TandemModelSerializer):
+    created_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True, help_text="Who launched it (null for the system)."
+    )
     progress_fraction = serializers.FloatField(read_only=True)
     eta_seconds = serializers.SerializerMethodField(help_text="Estimated seconds left while running, else null.")
 
@@ -433,6 +449,9 @@ class RolloutLaunchSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 {"policy_version": "An external policy cannot be rolled out by Tandem; import its trajectories."}
             )
+        location = attrs["policy_version"].location_errors()
+        if location:
+            raise serializers.ValidationError({"policy_version": next(iter(location.values()))})
         return attrs
 
 
@@ -510,7 +529,7 @@ class PolicyLaunchSerializer(serializers.Serializer):
     )
 
 
-class RegisteredModelSerializer(serializers.ModelSerializer):
+class RegisteredModelSerializer(TandemModelSerializer):
     inputs = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
 
     class Meta:
@@ -532,7 +551,7 @@ class RegisteredModelSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class EvaluationSerializer(serializers.ModelSerializer):
+class EvaluationSerializer(TandemModelSerializer):
     policy_version = ProjectRelatedField(model=PolicyVersion, required=False, allow_null=True)
     run = ProjectRelatedField(model=TrainingRun, required=False, allow_null=True)
 
@@ -565,7 +584,7 @@ LABEL_FIELDS = [
 LABEL_READ_ONLY = ["revision", "supersedes", "is_current", "query_strategy", "created_at"]
 
 
-class LabelSerializer(serializers.ModelSerializer):
+class LabelSerializer(TandemModelSerializer):
     """Fields every label kind shares. The annotator is always the caller; `client_token` (a UUID the client makes
     per submit) turns a retried POST into a 200 with the stored row instead of a second label."""
 

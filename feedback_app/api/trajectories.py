@@ -11,6 +11,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from feedback_app.api.base import ProjectScopedMixin
+from feedback_app.api.filtering import TandemFilterSet
 from feedback_app.api.serializers import TrajectoryDetailSerializer, TrajectorySerializer
 from feedback_app.imports import ImportResult, TrajectoryRows
 from feedback_app.models import Trajectory
@@ -22,7 +23,7 @@ OUTCOME_FILTERS = ("success",)
 POLICY_FILTERS = ("policy_version", "rollout_run")
 
 
-class TrajectoryFilter(filters.FilterSet):
+class TrajectoryFilter(TandemFilterSet):
     source = filters.ChoiceFilter(choices=TrajectorySource.choices)
     created_after = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")

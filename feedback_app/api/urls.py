@@ -1,5 +1,5 @@
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
 from feedback_app.api import imports, labels, projects, queue, runs, trajectories
@@ -24,7 +24,7 @@ router.register(in_project + "models", runs.RegisteredModelViewSet, basename="ap
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path(
         "redoc/",
         SpectacularRedocView.as_view(url_name="api-schema", template_name="feedback_app/api_redoc.html"),

@@ -16,6 +16,8 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from feedback_app.text_checks import INT64_MAX
+
 
 class ExportKind(StrEnum):
     PREFERENCE = "preference"
@@ -258,8 +260,13 @@ def _parse_moment(value: Any, *, end_of_day: bool) -> dt.datetime:
         moment = None
     if moment is None:
         raise ValueError(f"{text!r} is not an ISO 8601 date or date-time (e.g. 2025-03-01 or 2025-03-01T12:00Z).")
-    if timezone.is_naive(moment):
-        moment = timezone.make_aware(moment)
+    try:
+        if timezone.is_naive(moment):
+            moment = timezone.make_aware(moment)
+        # The database compares in UTC: a moment that does not exist there (9999-12-31T23:00-05:00) is refused.
+        moment.astimezone(dt.UTC)
+    except (OverflowError, ValueError):
+        raise ValueError(f"{text!r} lies outside the calendar the database can store.") from None
     return moment
 
 
@@ -269,7 +276,7 @@ def _parse_ids(raw: list[Any], what: str) -> tuple[int, ...]:
         parts = [value] if isinstance(value, int) else str(value).split(",")
         for part in parts:
             part = str(part).strip()
-            if not part.isdigit():
+            if not (part.isascii() and part.isdigit()) or int(part) > INT64_MAX:
                 raise ValueError(f"{part!r} is not {what}; give positive integers, comma-separated or repeated.")
             ids.append(int(part))
     return tuple(sorted(set(ids)))

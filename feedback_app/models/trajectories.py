@@ -4,6 +4,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
+from feedback_app.model_locations import LocationError, check_endpoint_url, check_model_path
+
 
 class TaskSplit(models.TextChoices):
     TRAIN = "train", "Training"
@@ -93,12 +95,32 @@ class PolicyVersion(models.Model):
             raise ValidationError({"endpoint_url": "An endpoint policy needs the endpoint's base URL."})
         if self.parent_id and self.parent.project_id != self.project_id:
             raise ValidationError({"parent": "The parent must belong to the same project."})
+        errors = self.location_errors()
+        if errors:
+            raise ValidationError(errors)
+
+    def location_errors(self) -> dict[str, str]:
+        """Why this version's weights path or endpoint URL is not one its project may use (model_locations)."""
+        errors = {}
+        try:
+            if self.kind == PolicyKind.LOCAL and self.weights_path:
+                check_model_path(self.project_id, self.weights_path)
+        except LocationError as exc:
+            errors["weights_path"] = str(exc)
+        try:
+            if self.kind == PolicyKind.ENDPOINT and self.endpoint_url:
+                check_endpoint_url(self.endpoint_url)
+        except LocationError as exc:
+            errors["endpoint_url"] = str(exc)
+        return errors
 
     def policy_spec(self) -> dict:
-        """What `reward_models.policy.load_policy` takes to run this version."""
+        """What `reward_models.policy.load_policy` takes to run this version. The location is checked again here,
+        where it is used: a stored row that predates a check, or a symlink changed since, does not get through."""
         if self.kind == PolicyKind.LOCAL:
-            return {"kind": "local", "path": self.weights_path}
+            return {"kind": "local", "path": check_model_path(self.project_id, self.weights_path)}
         if self.kind == PolicyKind.ENDPOINT:
+            check_endpoint_url(self.endpoint_url)
             return {"kind": "endpoint", "base_url": self.endpoint_url, "model": self.endpoint_model}
         raise ValueError(f"Policy version {self.name!r} is external: Tandem cannot run it, only import from it.")
 

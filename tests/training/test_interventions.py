@@ -162,7 +162,10 @@ def test_a_takeover_that_ends_the_episode_is_a_human_trajectory_and_needs_no_pol
     assert child.success and child.metadata["human_steps"] == list(range(len(path)))
 
 
-def test_an_unreachable_endpoint_fails_the_row_and_is_raised_for_a_retry(annotator, project, oracle, make_rollout):
+def test_an_unreachable_endpoint_fails_the_row_and_is_raised_for_a_retry(
+    annotator, project, oracle, make_rollout, settings
+):
+    settings.TANDEM_ENDPOINT_ALLOWLIST = ["127.0.0.1"]
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -417,3 +417,19 @@ def test_requests_past_the_rate_get_429(project, researcher, api_as, monkeypatch
     client = api_as(researcher)
     codes = [client.get(_url(project, "tasks/")).status_code for _ in range(3)]
     assert codes == [200, 200, 429]
+
+
+def test_an_outsider_past_the_rate_still_gets_404_not_429(project, outsider, researcher, api_as, monkeypatch):
+    from rest_framework.throttling import UserRateThrottle
+
+    monkeypatch.setitem(UserRateThrottle.THROTTLE_RATES, "user", "2/minute")
+    client = api_as(outsider)
+    paths = [
+        f"/api/projects/{project.pk}/",
+        f"/api/projects/{project.pk}/tasks/",
+        f"/api/projects/{project.pk}/exports/preference",
+        f"/api/projects/{project.pk}/snapshots",
+    ]
+    assert [client.get(path).status_code for path in paths * 2] == [404] * 8
+    member = api_as(researcher)
+    assert [member.get(f"/api/projects/{project.pk}/tasks/").status_code for _ in range(3)] == [200, 200, 429]
