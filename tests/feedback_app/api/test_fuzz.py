@@ -1,0 +1,165 @@
+"""Property-based fuzzing of the whole REST API against its own OpenAPI schema (schemathesis), as a researcher and
+as an annotator: no input may make a server error, and every response must match the schema.
+
+Every operation is driven with data that fits the schema and with data that does not, once against rows that exist
+(the project's own ids) and once against generated ids. The suite runs a bounded number of cases per operation
+(`TANDEM_FUZZ_EXAMPLES`, default 4); `bench/fuzz_api.py` runs the long version and writes its counts as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+schemathesis = pytest.importorskip("schemathesis")
+
+pytestmark = pytest.mark.django_db
+
+EXAMPLES = int(os.environ.get("TANDEM_FUZZ_EXAMPLES", "4"))
+ROLES = ("researcher", "annotator")
+
+
+@pytest.fixture
+def world(project, annotator, researcher, make_trajectory, task):
+    """A project with a row of every kind the API serves, and a token for each role."""
+    from feedback_app.exports.filters import ExportFilters
+    from feedback_app.exports.snapshots import create_snapshot
+    from feedback_app.models import ApiToken, Comparison, Critique, Evaluation, Rating, StepLabel, TrainingRun
+    from feedback_app.queue import enqueue_comparisons, enqueue_trajectories
+
+    first, second = make_trajectory(3), make_trajectory(2)
+    enqueue_comparisons(project, [(first, second)])
+    enqueue_trajectories(project, [first])
+    comparison = Comparison.objects.create(
+        project=project, annotator=annotator, trajectory_a=first, trajectory_b=second, choice="a"
+    )
+    step_label = StepLabel.objects.create(project=project, annotator=annotator, step=first.steps.first(), value=1)
+    critique = Critique.objects.create(project=project, annotator=annotator, trajectory=first, text="too slow")
+    rating = Rating.objects.create(project=project, annotator=annotator, trajectory=first, score=3)
+    run = TrainingRun.objects.create(project=project, kind="rollout", config={})
+    evaluation = Evaluation.objects.create(project=project, run=run, name="heldout_success", value=0.5)
+    snapshot = create_snapshot(project, "preference", ExportFilters.from_query({}), user=researcher, name="snap")
+    ids = {
+        "trajectories": first.pk,
+        "comparisons": comparison.pk,
+        "step-labels": step_label.pk,
+        "critiques": critique.pk,
+        "ratings": rating.pk,
+        "runs": run.pk,
+        "evaluations": evaluation.pk,
+        "tasks": task.pk,
+        "policy-versions": first.policy_version_id,
+        "assignments": None,
+        "models": None,
+    }
+    tokens = {user.username: ApiToken.issue(user, "fuzz")[1] for user in (annotator, researcher)}
+    return {"project": project, "ids": ids, "tokens": tokens, "snapshot": snapshot.pk}
+
+
+def _path_parameters(operation, world, existing: bool) -> dict:
+    path = operation.path
+    values = {}
+    if "{project_pk}" in path:
+        values["project_pk"] = world["project"].pk
+    if "{snapshot_pk}" in path and existing:
+        values["snapshot_pk"] = world["snapshot"]
+    if "{id}" in path and existing:
+        resource = path.split("{project_pk}/", 1)[1].split("/", 1)[0]
+        if world["ids"].get(resource) is not None:
+            values["id"] = world["ids"][resource]
+    return values
+
+
+def fuzz(world, role: str, examples: int) -> dict:
+    """Drive every operation as `role`; returns the case counts and every failure found."""
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
+    from feedback_app.wsgi import application
+
+    # As Django's test client does: a request's end must not close the test's database connection.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        return _fuzz(world, role, examples, application)
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+
+
+def _fuzz(world, role: str, examples: int, application) -> dict:
+    from hypothesis.errors import Unsatisfiable
+    from schemathesis.generation import GenerationMode
+
+    schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
+    headers = {"Authorization": f"Bearer {world['tokens'][role]}"}
+    report = {"role": role, "cases": 0, "statuses": Counter(), "failures": [], "no_negative_cases": []}
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            for existing in (True, False):
+                strategy = operation.as_strategy(
+                    mode, path_parameters=_path_parameters(operation, world, existing), headers=headers
+                )
+                try:
+                    _drive(strategy, examples, headers, f"{operation.label} ({mode.value})", report)
+                except Unsatisfiable:
+                    # Nothing of the operation is left to break (every parameter fixed, no body): no such case.
+                    report["no_negative_cases"].append(f"{operation.label} ({mode.value})")
+    report["statuses"] = dict(report["statuses"])
+    return report
+
+
+def _drive(strategy, examples: int, headers: dict, label: str, report: dict) -> None:
+    """Send `examples` cases of one operation and record each response's status and every failed check."""
+    from django.core.cache import cache
+    from hypothesis import HealthCheck, Phase, given, settings
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
+
+    checks = [not_a_server_error, response_schema_conformance, content_type_conformance]
+
+    @settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        derandomize=True,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=strategy)
+    def drive(case) -> None:
+        cache.clear()  # throttle counts: the fuzzer sends far more than a client's hourly share
+        report["cases"] += 1
+        response = case.call(headers=headers)
+        report["statuses"][response.status_code] += 1
+        try:
+            case.validate_response(response, checks=checks)
+        except (Exception, BaseExceptionGroup) as exc:  # every failed check is recorded, then reported
+            request = f"{case.method} {case.formatted_path} query={case.query} body={case.body!r}"
+            report["failures"].append(
+                {
+                    "operation": label,
+                    "status": response.status_code,
+                    "request": request[:600],
+                    "failure": str(exc)[:800],
+                }
+            )
+
+    drive()
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_input_makes_a_server_error_or_breaks_the_schema(world, role):
+    report = fuzz(world, role, EXAMPLES)
+    target = os.environ.get("TANDEM_FUZZ_REPORT")
+    if target:
+        path = Path(target)
+        previous = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps({**previous, role: report}, indent=2) + "\n")
+    assert report["cases"] >= 68 * 4  # every operation ran in both modes against both kinds of id
+    assert report["failures"] == [], json.dumps(report["failures"][:20], indent=2)
