@@ -92,6 +92,7 @@ urlpatterns = [
     path("api/", include("feedback_app.api.urls")),
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
+    path("favicon.ico", health.favicon, name="favicon"),
 ]
 
 handler400 = "feedback_app.views.errors.bad_request"

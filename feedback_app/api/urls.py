@@ -3,6 +3,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from rest_framework.routers import SimpleRouter
 
 from feedback_app.api import imports, labels, projects, queue, runs, trajectories
+from feedback_app.security import csp_allowing
 
 router = SimpleRouter(use_regex_path=False)
 router.register("projects", projects.ProjectViewSet, basename="api-project")
@@ -27,7 +28,10 @@ urlpatterns = [
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path(
         "redoc/",
-        SpectacularRedocView.as_view(url_name="api-schema", template_name="feedback_app/api_redoc.html"),
+        # ReDoc's search runs in a worker it starts from a blob.
+        csp_allowing("worker-src 'self' blob:")(
+            SpectacularRedocView.as_view(url_name="api-schema", template_name="feedback_app/api_redoc.html")
+        ),
         name="api-redoc",
     ),
     # Imports take the project id in the path and the rows as a streamed body (JSON array or JSON Lines).

@@ -91,3 +91,20 @@ GUIDELINE_URL_SCHEMES = {"http", "https", "mailto"}
 def markdown(text: str | None) -> SafeString:
     html = markdown_lib.markdown(text or "", extensions=["extra", "sane_lists"], output_format="html")
     return mark_safe(nh3.clean(html, url_schemes=GUIDELINE_URL_SCHEMES, link_rel="noopener noreferrer nofollow"))
+
+
+# A run of this many characters without a space gets a line-break opportunity after each such run.
+WRAP_EVERY = 24
+
+
+@register.filter
+def wrappable(text) -> SafeString:
+    """`text`, escaped, with a `<wbr>` inside every run of more than WRAP_EVERY characters without a space: a long
+    name in a table cell wraps instead of widening the table to its full length, and shorter words (numbers, dates)
+    never break."""
+    words = str(text if text is not None else "").split(" ")
+    pieces = [
+        "<wbr>".join(escape(word[i : i + WRAP_EVERY]) for i in range(0, len(word), WRAP_EVERY)) or ""
+        for word in words
+    ]
+    return mark_safe(" ".join(pieces))
