@@ -1,14 +1,10 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
 
 from feedback_app import models as m
-
-
-class StepInline(admin.TabularInline):
-    model = m.Step
-    extra = 0
-    fields = ("index", "observation", "reasoning", "action", "env_reward", "logprob", "done")
 
 
 class MembershipInline(admin.TabularInline):
@@ -58,7 +54,35 @@ class TrajectoryAdmin(admin.ModelAdmin):
     list_filter = ("project", "source", "policy_version", "success")
     search_fields = ("external_id",)
     raw_id_fields = ("task", "parent", "rollout_run", "policy_version")
-    inlines = [StepInline]
+    # Steps are not inlined: a trajectory may have thousands, and a page of every one of them took minutes. They are
+    # listed a page at a time in the steps' own list.
+    readonly_fields = ("steps",)
+
+    @admin.display(description="Steps")
+    def steps(self, trajectory: m.Trajectory) -> str:
+        if trajectory.pk is None:
+            return "—"
+        listing = reverse("admin:feedback_app_step_changelist") + f"?trajectory__id__exact={trajectory.pk}"
+        page = reverse("trajectory-detail", args=[trajectory.project_id, trajectory.pk])
+        return format_html(
+            '{} steps: <a href="{}">list them, a page at a time</a> · <a href="{}">the trajectory page</a>',
+            trajectory.num_steps,
+            listing,
+            page,
+        )
+
+
+@admin.register(m.Step)
+class StepAdmin(admin.ModelAdmin):
+    list_display = ("index", "trajectory", "action", "env_reward", "done")
+    list_select_related = ("trajectory",)
+    ordering = ("trajectory", "index")
+    raw_id_fields = ("trajectory",)
+    show_full_result_count = False  # a count of every step in the database on each page is slow
+
+    def lookup_allowed(self, lookup: str, value: str, request=None) -> bool:
+        # The trajectory page's link lists one trajectory's steps; no filter in the sidebar offers that.
+        return lookup == "trajectory__id__exact" or super().lookup_allowed(lookup, value, request)
 
 
 class LabelAdmin(admin.ModelAdmin):
