@@ -51,7 +51,8 @@ from feedback_app.models import (
     RunKind,
     TrainingRun,
 )
-from reward_models.common import ConfigError, JudgeConfig, config_from_dict
+from feedback_app.models.trajectories import TrajectorySource
+from reward_models.common import JudgeConfig, config_errors, config_from_dict
 from reward_models.finetune.common import PolicyTrainConfig
 from training import judges as judge_runs
 from training import policy_runs
@@ -64,7 +65,8 @@ LAUNCH_KINDS: tuple[str, ...] = (*judge_runs.JUDGE_RUN_KINDS, *policy_runs.POLIC
 
 @dataclass(frozen=True)
 class Setting:
-    """One config field as a form input: `input` is checkbox, int, float, text, list (comma-separated) or json."""
+    """One config field as a form input: `input` is checkbox, int, float, text, choice (one of the field's
+    ``choices`` metadata: a select), list (comma-separated) or json."""
 
     name: str
     input: str
@@ -72,6 +74,7 @@ class Setting:
     help: str
     shared: bool  # declared by the family's base config (every judge, or every policy trainer, has it)
     item_type: type = str  # a list's items
+    choices: tuple[str, ...] = ()
 
     def shown(self, value: Any) -> str:
         """`value` as the input's text."""
@@ -123,6 +126,8 @@ class Setting:
             if not isinstance(value, dict):
                 raise ValueError('must be a JSON object, e.g. {"size": 5}')
             return value
+        if self.input == "choice" and text not in self.choices:
+            raise ValueError(f"must be one of {', '.join(self.choices)}, not {text!r}")
         return text
 
 
@@ -201,15 +206,17 @@ def _settings(config_class: type, managed: set[str], base: type | None) -> tuple
         if field.name in managed:
             continue
         input_type, item_type = _input_for(hints[field.name])
+        choices = tuple(field.metadata.get("choices", ()))
         default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
         settings.append(
             Setting(
                 field.name,
-                input_type,
+                "choice" if choices and input_type == "text" else input_type,
                 default,
                 field.metadata.get("help", ""),
                 shared=field.name in shared,
                 item_type=item_type,
+                choices=choices,
             )
         )
     return tuple(settings)
@@ -255,7 +262,7 @@ def config_from_form(form: RunForm, data: Mapping[str, str]) -> tuple[dict[str, 
 class SnapshotFilter:
     name: str
     label: str
-    input: str  # select, date, float or checkbox
+    input: str  # select, multiselect (posted as several values, read comma-separated), date, float or checkbox
     choices: tuple[str, ...] = ()
     applies_to: frozenset[str] | None = None  # export kinds it means something for; None: every kind but returns
 
@@ -268,6 +275,11 @@ class SnapshotFilter:
 SNAPSHOT_FILTERS = (
     SnapshotFilter("since", "Labels since", "date", applies_to=frozenset(ExportKind)),
     SnapshotFilter("until", "Labels until", "date", applies_to=frozenset(ExportKind)),
+    # Rows whose trajectories come from some sources or versions only; the choices of versions are the project's.
+    SnapshotFilter("sources", "Only trajectories from", "multiselect", tuple(TrajectorySource), frozenset(ExportKind)),
+    SnapshotFilter(
+        "policy_versions", "Only trajectories of the policy versions", "multiselect", (), frozenset(ExportKind)
+    ),
     SnapshotFilter("exclude_gold", "Leave out gold items", "checkbox"),
     SnapshotFilter(
         "aggregate", "Several annotators' labels", "select", tuple(Aggregation), frozenset(AGGREGATED_KINDS)
@@ -328,35 +340,55 @@ def launch_run(
     config: Mapping[str, Any] | None = None,
     review: Mapping[str, Any] | None = None,
     created_by=None,
+    errors: Mapping[str, str] | None = None,
+    confirmed: bool = True,
 ) -> TrainingRun:
     """Store a run of `kind` through its family's create function and queue it once the transaction commits. With
     `new_snapshot`, freeze that snapshot first, in the same transaction: a launch that fails stores neither (and
-    removes the file). Raises `LaunchError` naming every bad field."""
+    removes the file). Raises `LaunchError` naming every bad field at once: `errors` (what the form already found,
+    e.g. a value that does not parse) with every check's. Unless `confirmed`, a run the snapshot would give less
+    than a batch of data is refused too, its warning under ``confirm_data``."""
     form = run_form(kind)
+    errors = dict(errors or {})
     with transaction.atomic():
-        made = None
+        made = run = None
         if new_snapshot is not None:
-            made = snapshot = new_snapshot.create(project, form, created_by)
+            try:
+                made = snapshot = new_snapshot.create(project, form, created_by)
+            except LaunchError as exc:
+                errors.update(exc.errors)
         try:
-            if form.family == "judge":
-                run = judge_runs.create_judge_run(
-                    project, kind, snapshot=snapshot, base_policy=base_policy, base_model=base_model,
-                    judges=judges, config=config, created_by=created_by,
-                )  # fmt: skip
-            elif form.family == "policy":
-                run = policy_runs.create_policy_run(
-                    project, kind, snapshot=snapshot, base_policy=base_policy, judges=judges, config=config,
-                    review=review, created_by=created_by,
-                )  # fmt: skip
-            else:
-                run = _create_rollout(project, base_policy, config or {}, created_by)
-        except LaunchError:
+            run = _create(project, form, snapshot, base_policy, base_model, judges, config, review, created_by)
+        except LaunchError as exc:
+            # The snapshot not made from bad filters is reported beside those filters, not as a missing snapshot.
+            snapshot_failed = any(name.startswith("new_snapshot.") for name in errors)
+            for name, reason in exc.errors.items():
+                if not (name == "snapshot" and snapshot_failed):
+                    errors.setdefault(name, reason)  # what the form found first says more ("no such choice")
+        warning = ((run.inputs or {}).get("data") or {}).get("warning") if run is not None else None
+        if warning and not confirmed:
+            errors["confirm_data"] = warning
+        if errors:
             transaction.set_rollback(True)
             if made is not None:
                 snapshot_file(made).unlink(missing_ok=True)
-            raise
+            raise LaunchError(errors)
         _task(form).delay_on_commit(run.pk)
     return run
+
+
+def _create(project, form: RunForm, snapshot, base_policy, base_model, judges, config, review, user) -> TrainingRun:
+    if form.family == "judge":
+        return judge_runs.create_judge_run(
+            project, form.kind, snapshot=snapshot, base_policy=base_policy, base_model=base_model, judges=judges,
+            config=config, created_by=user,
+        )  # fmt: skip
+    if form.family == "policy":
+        return policy_runs.create_policy_run(
+            project, form.kind, snapshot=snapshot, base_policy=base_policy, judges=judges, config=config,
+            review=review, created_by=user,
+        )  # fmt: skip
+    return _create_rollout(project, base_policy, config or {}, user)
 
 
 def _create_rollout(project: Project, policy: PolicyVersion | None, values: Mapping[str, Any], user) -> TrainingRun:
@@ -368,16 +400,15 @@ def _create_rollout(project: Project, policy: PolicyVersion | None, values: Mapp
         errors["base_policy"] = f"{policy.name} is external: Tandem cannot run it, only import its trajectories"
     elif location := policy.location_errors():
         errors["base_policy"] = next(iter(location.values()))
-    try:
-        config = config_from_dict(RolloutConfig, values)
-    except ConfigError as exc:
-        errors[f"config.{exc.field}"] = exc.reason
-    except ValueError as exc:  # RolloutConfig's own checks say "<field> must ..."
-        field = next((name for name in RolloutConfig.__dataclass_fields__ if str(exc).startswith(f"{name} ")), None)
-        errors[f"config.{field}" if field else "config"] = str(exc).removeprefix(f"{field} ") if field else str(exc)
+    errors.update(
+        {
+            f"config.{name}" if name else "config": reason
+            for name, reason in config_errors(RolloutConfig, values).items()
+        }
+    )
     if errors:
         raise LaunchError(errors)
-    return create_rollout_run(project, policy, config, created_by=user)
+    return create_rollout_run(project, policy, config_from_dict(RolloutConfig, values), created_by=user)
 
 
 def _task(form: RunForm):
@@ -431,3 +462,66 @@ def launch_values(run: TrainingRun) -> dict[str, str]:
         values["review.enabled"] = "true" if review.get("enabled", True) else "false"
         values["review.num_tasks"] = str(review.get("num_tasks", ""))
     return values
+
+
+# --- the form's guidance: recipes and a run-time estimate -----------------------------------------------------------
+
+# Settings the project's own benchmarks found to work for the built-in tiny models (a Llama of width 64 to 128 built
+# from config), where a trainer's defaults suit pretrained models: bench/judge_oracle.py's recipes, and the reward
+# model's `moves` layout from bench/loop.py (a judge that reads the policy's reasoning can be gamed through it).
+TINY_RECIPES: dict[str, dict[str, str]] = {
+    RunKind.REWARD_MODEL: {"config.learning_rate": "0.001", "config.num_epochs": "3", "config.layout": "moves"},
+    RunKind.PRM: {"config.learning_rate": "0.005", "config.num_epochs": "5", "config.batch_size": "8"},
+    RunKind.VALUE_CRITIC: {"config.learning_rate": "0.002", "config.num_epochs": "5", "config.batch_size": "8"},
+}
+
+# Rough costs on 2 CPU cores with the built-in tiny policy. A held-out evaluation of 200 tasks, a greedy and a sampled
+# episode each, took 90 s: about 0.22 s an episode. DPO made 100 optimiser steps of 16 pairs in 2-3 minutes: about
+# 0.1 s an example. The judge pipelines learn 8 to 19 examples a second (bench/train_bench.py).
+EPISODE_SECONDS = 0.22
+POLICY_EXAMPLE_SECONDS = 0.1
+JUDGE_EXAMPLE_SECONDS = 0.1
+
+
+def estimate(form: RunForm, values: Mapping[str, str], rows: int | None) -> list[tuple[str, float]]:
+    """A rough run time in parts, each `(what, seconds)`, for the form's settings (`values`, as posted; a value that
+    does not parse counts as its default) on a snapshot of `rows` rows (None: not known yet)."""
+    setting = _setting_values(form, values)
+    if form.family == "rollout":
+        episodes = setting["num_tasks"] * setting["samples_per_task"]
+        return [(f"rolling out {episodes} episodes", episodes * EPISODE_SECONDS)]
+    if form.family == "judge":
+        if rows is None:
+            return []
+        steps = setting["max_steps"]
+        epochs = setting["num_epochs"] if steps < 0 else steps * setting["batch_size"] / max(rows, 1)
+        examples = epochs * rows * setting.get("ensemble_size", 1)
+        return [(f"training on {round(examples)} examples", examples * JUDGE_EXAMPLE_SECONDS)]
+    parts = []
+    evaluations = 2 if setting["eval_base"] else 1
+    episodes = setting["eval_tasks"] * (1 + setting["eval_samples"]) * evaluations
+    if episodes:
+        whose = "the base and the trained policy" if evaluations == 2 else "the trained policy"
+        parts.append((f"evaluating {whose} on {episodes} held-out episodes", episodes * EPISODE_SECONDS))
+    if form.export_kinds:
+        steps = setting["max_steps"]
+        if rows is not None:
+            steps = min(steps, math.ceil(setting.get("num_epochs", 1) * rows / setting["batch_size"]))
+        parts.append((f"{steps} optimiser steps", steps * setting["batch_size"] * POLICY_EXAMPLE_SECONDS))
+    else:
+        rollouts = setting["max_steps"] * setting.get("rollouts_per_step", setting["batch_size"])
+        seconds = rollouts * (EPISODE_SECONDS + POLICY_EXAMPLE_SECONDS)
+        parts.append((f"{setting['max_steps']} iterations of rollouts and updates ({rollouts} episodes)", seconds))
+    return parts
+
+
+def _setting_values(form: RunForm, values: Mapping[str, str]) -> dict[str, Any]:
+    parsed = {}
+    for setting in form.settings:
+        try:
+            parsed[setting.name] = setting.parse(values[f"config.{setting.name}"])
+        except (KeyError, ValueError):
+            parsed[setting.name] = setting.default
+    if parsed.get("batch_size", 1) < 1:  # a bad value the launch will refuse; the estimate still reads
+        parsed["batch_size"] = next(s.default for s in form.settings if s.name == "batch_size")
+    return parsed

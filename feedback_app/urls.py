@@ -47,6 +47,7 @@ urlpatterns = [
     path("projects/<int:project_pk>/training/runs/", training.runs_fragment, name="training-runs"),
     path("projects/<int:project_pk>/training/snapshots/", training.make_snapshot, name="training-snapshot"),
     path("projects/<int:project_pk>/training/launch/", training.launch, name="training-launch"),
+    path("projects/<int:project_pk>/training/estimate/", training.launch_estimate, name="training-estimate"),
     path("projects/<int:project_pk>/training/runs/<int:run_pk>/cancel/", training.cancel_run, name="training-cancel"),
     path("projects/<int:project_pk>/training/runs/<int:run_pk>/", training.run_page, name="training-run"),
     path("projects/<int:project_pk>/training/runs/<int:run_pk>/rerun/", training.rerun_run, name="training-rerun"),

@@ -146,6 +146,42 @@ def config_from_dict(cls: type[C], values: Mapping[str, Any]) -> C:
     return cls(**checked)
 
 
+def config_errors(cls: type, values: Mapping[str, Any]) -> dict[str, str]:
+    """Every bad setting in `values` for config `cls`, by field name; {} when `config_from_dict(cls, values)` would
+    build it. `__post_init__` stops at its first failed check, so a field found bad takes its default and the checks
+    run again, until they pass or fail on a field `values` does not set: one call names them all. A config that
+    raises a plain `ValueError` ("<field> must ...") is read the same way; one naming no field is filed under "".
+
+    >>> from reward_models.finetune.dpo import DPOConfig
+    >>> sorted(config_errors(DPOConfig, {"policy_path": "p", "data_path": "d", "beta": 0, "max_steps": -1}))
+    ['beta', 'max_steps']
+    """
+    known = {f.name for f in fields(cls)}
+    unknown = f"unknown setting; the settings are {', '.join(sorted(known))}"
+    errors = {name: unknown for name in values if name not in known}
+    hints = typing.get_type_hints(cls)
+    checked = {}
+    for name, value in values.items():
+        if name in known:
+            try:
+                checked[name] = _checked_value(name, value, hints[name])
+            except ConfigError as exc:
+                errors[name] = exc.reason
+    while True:
+        try:
+            cls(**checked)
+            return errors
+        except ConfigError as exc:
+            name, reason = exc.field, exc.reason
+        except ValueError as exc:  # a config that checks itself without `require`: "<field> must be ..."
+            name = next((name for name in known if str(exc).startswith(f"{name} ")), "")
+            reason = str(exc).removeprefix(f"{name} ")
+        errors.setdefault(name, reason)
+        if name not in checked:
+            return errors
+        del checked[name]
+
+
 def _checked_value(name: str, value: Any, hint: Any) -> Any:
     allowed = _allowed_types(hint)
     if value is None:
@@ -270,6 +306,9 @@ def cli(cls: type[C], main: Callable[..., dict[str, Any]], description: str | No
         print(json.dumps(summary, indent=2, default=str))
 
 
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
 @dataclass
 class JudgeConfig:
     """Settings every judge-model pipeline shares. `data_path` is a snapshot file Tandem exported (JSONL or
@@ -291,7 +330,8 @@ class JudgeConfig:
     save_steps: int = field(default=50, metadata={"help": "Checkpoint every this many steps (for resume)."})
     logging_steps: int = field(default=5, metadata={"help": "Record metrics every this many steps."})
     precision: str = field(
-        default="auto", metadata={"help": "auto, fp32, bf16 or fp16 (auto: bf16 on a GPU that has it)."}
+        default="auto",
+        metadata={"choices": PRECISIONS, "help": "auto, fp32, bf16 or fp16 (auto: bf16 on a GPU that has it)."},
     )
     use_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (peft) instead of every weight."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
@@ -310,8 +350,6 @@ class JudgeConfig:
 
 
 # --- devices and precision ---------------------------------------------------------------------------------------
-
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def resolve_precision(precision: str) -> str:
@@ -380,6 +418,29 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
                 except json.JSONDecodeError as exc:
                     raise ConfigError("data_path", f"line {number} is not JSON: {exc.msg}") from None
     return rows
+
+
+def bad_rows(rows: Sequence[dict[str, Any]], problem: Callable[[dict[str, Any]], str | None]) -> dict[int, str]:
+    """The number (from 1) and reason of every row `problem` finds fault with: a trainer's own row check, which it
+    runs when it loads its data and Tandem runs on a snapshot before it launches a run."""
+    return {number: reason for number, row in enumerate(rows, start=1) if (reason := problem(row))}
+
+
+def rows_error(problems: Mapping[int, str], total: int) -> ConfigError:
+    """A `ConfigError` on `data_path` that names every bad row (`bad_rows`), grouped by reason.
+
+    >>> str(rows_error({13: "no prompt", 20: "no prompt", 31: "empty"}, 40))
+    'data_path: 3 of 40 rows cannot be used: rows 13, 20: no prompt; row 31: empty'
+    """
+    by_reason: dict[str, list[int]] = {}
+    for number, reason in sorted(problems.items()):
+        by_reason.setdefault(reason, []).append(number)
+    parts = []
+    for reason, numbers in by_reason.items():
+        shown = ", ".join(str(number) for number in numbers[:10])
+        more = f" and {len(numbers) - 10} more" if len(numbers) > 10 else ""
+        parts.append(f"row{'s' if len(numbers) > 1 else ''} {shown}{more}: {reason}")
+    return ConfigError("data_path", f"{len(problems)} of {total} rows cannot be used: {'; '.join(parts)}")
 
 
 def split_by_task(

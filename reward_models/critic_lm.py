@@ -59,6 +59,7 @@ from reward_models.common import (
     JudgeConfig,
     Reporter,
     SilentReporter,
+    bad_rows,
     checkpoint_dir,
     cli,
     finished_summary,
@@ -68,6 +69,7 @@ from reward_models.common import (
     read_rows,
     require,
     resolve_precision,
+    rows_error,
     split_by_task,
     trained_model,
     trainer_callback,
@@ -210,17 +212,20 @@ def _encode_rows(tokenizer: PreTrainedTokenizerBase, rows: list[dict[str, Any]],
     return _Examples(rows, input_ids, masks, truncated)
 
 
-def check_rows(rows: Sequence[dict[str, Any]]) -> None:
-    """Every row needs a prompt (messages or text) and a non-empty critique."""
-    if not rows:
-        raise ConfigError("data_path", "holds no rows")
-    for number, row in enumerate(rows, start=1):
-        for name in ("prompt", "completion"):
-            value = row.get(name)
-            if not isinstance(value, str | list) or not value:
-                raise ConfigError("data_path", f"row {number}: {name!r} must be text or a non-empty message list")
-        if not completion_text(row["completion"]).strip():
-            raise ConfigError("data_path", f"row {number}: the critique is empty")
+def row_problems(rows: Sequence[dict[str, Any]], config: CriticConfig) -> dict[int, str]:
+    """The rows the critic cannot learn from, by number, and why: every row needs a prompt (messages or text) and a
+    non-empty critique."""
+    return bad_rows(rows, _row_problem)
+
+
+def _row_problem(row: dict[str, Any]) -> str | None:
+    for name in ("prompt", "completion"):
+        value = row.get(name)
+        if not isinstance(value, str | list) or not value:
+            return f"{name!r} must be text or a non-empty message list"
+    if not completion_text(row["completion"]).strip():
+        return "the critique is empty"
+    return None
 
 
 # --- the critic ----------------------------------------------------------------------------------------------------
@@ -371,7 +376,10 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
         return finished
     precision = resolve_precision(config.precision)
     rows = read_rows(config.data_path)
-    check_rows(rows)
+    if not rows:
+        raise ConfigError("data_path", "holds no rows")
+    if problems := row_problems(rows, config):
+        raise rows_error(problems, len(rows))
     train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
     if not train_rows:
         raise ConfigError("data_path", "leaves no critiques to train on after the held-out split")

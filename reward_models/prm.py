@@ -30,10 +30,12 @@ from reward_models.common import (
     ConfigError,
     Reporter,
     SilentReporter,
+    bad_rows,
     cli,
     finished_summary,
     read_rows,
     require,
+    rows_error,
     split_by_task,
     write_manifest,
 )
@@ -102,16 +104,21 @@ def load_prm(path: str | Path, device: str | None = None) -> ProcessRewardModel:
 # --- data --------------------------------------------------------------------------------------------------------
 
 
-def check_rows(rows: Sequence[dict[str, Any]]) -> None:
-    """Stepwise rows must have a text prompt and as many boolean labels as step pieces."""
-    for number, row in enumerate(rows, start=1):
-        if not isinstance(row.get("prompt"), str):
-            raise ConfigError("data_path", f"row {number}: prompt must be text (export the stepwise layout)")
-        completions, labels = row.get("completions"), row.get("labels")
-        if not isinstance(completions, list) or not completions:
-            raise ConfigError("data_path", f"row {number}: completions must be a non-empty list of step pieces")
-        if not isinstance(labels, list) or len(labels) != len(completions):
-            raise ConfigError("data_path", f"row {number}: labels must hold one true/false per completion")
+def row_problems(rows: Sequence[dict[str, Any]], config: PRMConfig) -> dict[int, str]:
+    """The rows the PRM cannot learn from, by number, and why: stepwise rows must have a text prompt and as many
+    boolean labels as step pieces."""
+    return bad_rows(rows, _row_problem)
+
+
+def _row_problem(row: dict[str, Any]) -> str | None:
+    if not isinstance(row.get("prompt"), str):
+        return "prompt must be text (export the stepwise layout)"
+    completions, labels = row.get("completions"), row.get("labels")
+    if not isinstance(completions, list) or not completions:
+        return "completions must be a non-empty list of step pieces"
+    if not isinstance(labels, list) or len(labels) != len(completions):
+        return "labels must hold one true/false per completion"
+    return None
 
 
 def is_intervention(row: dict[str, Any]) -> bool:
@@ -222,7 +229,8 @@ def main(config: PRMConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         reporter.log(f"{config.output_dir} already holds this model; nothing to do")
         return finished
     rows = read_rows(config.data_path)
-    check_rows(rows)
+    if problems := row_problems(rows, config):
+        raise rows_error(problems, len(rows))
     # Split before filtering, so that the flag changes the training rows and never which tasks are held out.
     train_rows, held_out = split_by_task(rows, config.eval_fraction, config.seed)
     if not config.use_intervention_labels:

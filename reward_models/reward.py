@@ -69,6 +69,7 @@ from reward_models.common import (
     JudgeConfig,
     Reporter,
     SilentReporter,
+    bad_rows,
     checkpoint_dir,
     cli,
     finished_summary,
@@ -78,6 +79,7 @@ from reward_models.common import (
     read_rows,
     require,
     resolve_precision,
+    rows_error,
     split_by_task,
     trained_model,
     trainer_callback,
@@ -113,14 +115,18 @@ class RewardConfig(JudgeConfig):
     )
     ties: str = field(
         default="drop",
-        metadata={"help": "Tie rows: drop them, or tie_loss (Bradley-Terry with target 1/2, pulling r_a to r_b)."},
+        metadata={
+            "choices": TIE_MODES,
+            "help": "Tie rows: drop them, or tie_loss (Bradley-Terry with target 1/2, pulling r_a to r_b).",
+        },
     )
 
     layout: str = field(
         default="full",
         metadata={
+            "choices": LAYOUTS,
             "help": "What the model reads: full, decisions, actions or moves (reward_models.policy.turns says what "
-            "each keeps); scoring applies the same layout."
+            "each keeps); scoring applies the same layout.",
         },
     )
 
@@ -128,7 +134,10 @@ class RewardConfig(JudgeConfig):
     ensemble_size: int = field(default=1, metadata={"help": "Members K; K > 1 gives each score an uncertainty."})
     ensemble_mode: str = field(
         default="seed",
-        metadata={"help": "seed: members differ by seed; bootstrap: each also trains on a resample of the pairs."},
+        metadata={
+            "choices": ENSEMBLE_MODES,
+            "help": "seed: members differ by seed; bootstrap: each also trains on a resample of the pairs.",
+        },
     )
 
     # Memory and speed on large models
@@ -511,18 +520,19 @@ def _encode_rows(tokenizer: PreTrainedTokenizerBase, rows: list[dict[str, Any]],
     return _Pairs(rows, chosen_ids, rejected_ids, gaps, truncated)
 
 
-def _check_rows(rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        raise ConfigError("data_path", "holds no rows")
-    for number, row in enumerate(rows, start=1):
-        for column in ("prompt", "chosen", "rejected"):
-            if not row.get(column):
-                raise ConfigError(
-                    "data_path", f"row {number} has no {column!r} (a preference export has prompt, chosen, rejected)"
-                )
-        kinds = {isinstance(row[column], str) for column in ("prompt", "chosen", "rejected")}
-        if len(kinds) > 1:
-            raise ConfigError("data_path", f"row {number} mixes text and message lists")
+def row_problems(rows: Sequence[dict[str, Any]], config: RewardConfig) -> dict[int, str]:
+    """The rows the reward model cannot learn from, by number, and why."""
+    return bad_rows(rows, preference_row_problem)
+
+
+def preference_row_problem(row: dict[str, Any]) -> str | None:
+    """Why a `preference` row is no comparison a pairwise judge can read, or None."""
+    for column in ("prompt", "chosen", "rejected"):
+        if not row.get(column):
+            return f"it has no {column!r} (a preference export has prompt, chosen, rejected)"
+    if len({isinstance(row[column], str) for column in ("prompt", "chosen", "rejected")}) > 1:
+        return "it mixes text and message lists"
+    return None
 
 
 class _MemberReporter:
@@ -689,7 +699,10 @@ def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, An
         return finished
     precision = resolve_precision(config.precision)
     rows = read_rows(config.data_path)
-    _check_rows(rows)
+    if not rows:
+        raise ConfigError("data_path", "holds no rows")
+    if problems := row_problems(rows, config):
+        raise rows_error(problems, len(rows))
     rows = [_row_in_layout(row, config.layout) for row in rows]
     train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
     dropped_ties = 0

@@ -36,10 +36,12 @@ from reward_models.common import (
     ConfigError,
     Reporter,
     SilentReporter,
+    bad_rows,
     cli,
     finished_summary,
     read_rows,
     require,
+    rows_error,
     split_by_task,
     write_manifest,
 )
@@ -121,16 +123,21 @@ def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
     return returns[::-1]
 
 
-def check_rows(rows: Sequence[dict[str, Any]]) -> None:
-    """Returns rows must have a text prompt, step pieces and, unless null, one reward per piece."""
-    for number, row in enumerate(rows, start=1):
-        if not isinstance(row.get("prompt"), str):
-            raise ConfigError("data_path", f"row {number}: prompt must be text (export the returns layout)")
-        completions, rewards = row.get("completions"), row.get("rewards")
-        if not isinstance(completions, list) or not completions:
-            raise ConfigError("data_path", f"row {number}: completions must be a non-empty list of step pieces")
-        if rewards is not None and (not isinstance(rewards, list) or len(rewards) != len(completions)):
-            raise ConfigError("data_path", f"row {number}: rewards must be null or hold one number per completion")
+def row_problems(rows: Sequence[dict[str, Any]], config: ValueConfig) -> dict[int, str]:
+    """The rows the critic cannot learn from, by number, and why: returns rows must have a text prompt, step pieces
+    and, unless null, one reward per piece."""
+    return bad_rows(rows, _row_problem)
+
+
+def _row_problem(row: dict[str, Any]) -> str | None:
+    if not isinstance(row.get("prompt"), str):
+        return "prompt must be text (export the returns layout)"
+    completions, rewards = row.get("completions"), row.get("rewards")
+    if not isinstance(completions, list) or not completions:
+        return "completions must be a non-empty list of step pieces"
+    if rewards is not None and (not isinstance(rewards, list) or len(rewards) != len(completions)):
+        return "rewards must be null or hold one number per completion"
+    return None
 
 
 def step_rewards(rows: Sequence[dict[str, Any]], config: ValueConfig, reporter: Reporter) -> list[list[float]]:
@@ -229,7 +236,8 @@ def main(config: ValueConfig, reporter: Reporter | None = None) -> dict[str, Any
         reporter.log(f"{config.output_dir} already holds this model; nothing to do")
         return finished
     rows = read_rows(config.data_path)
-    check_rows(rows)
+    if problems := row_problems(rows, config):
+        raise rows_error(problems, len(rows))
     returns = [discounted_returns(rewards, config.gamma) for rewards in step_rewards(rows, config, reporter)]
     for row, row_returns in zip(rows, returns, strict=True):
         row["returns"] = row_returns

@@ -35,7 +35,8 @@ from feedback_app.models import (
     TrainingRun,
 )
 from feedback_app.models.trajectories import PolicyKind
-from reward_models.common import CHECKPOINT_DIR, ConfigError, config_from_dict
+from reward_models.common import CHECKPOINT_DIR, ConfigError, config_errors, config_from_dict
+from training import data_checks
 from training.runs import RunRecorder
 
 # Settings Tandem fills in itself from the run; a launch may not set them.
@@ -55,6 +56,11 @@ class Pipeline:
     def load(self) -> tuple[type, Any]:
         module = importlib.import_module(self.module)
         return getattr(module, self.config_class), module.main
+
+    def row_problems(self, rows: list[dict[str, Any]], config: Any) -> dict[int, str]:
+        """The pipeline's own check of its rows (`row_problems` in its module), which it also runs as it loads
+        them."""
+        return importlib.import_module(self.module).row_problems(rows, config)
 
 
 PIPELINES: dict[str, Pipeline] = {
@@ -94,26 +100,31 @@ def default_base_policy(project: Project) -> PolicyVersion | None:
 def judge_config(run: TrainingRun) -> Any:
     """The pipeline config for `run`: its stored settings, plus the snapshot file, base model, run directory and
     judge-model inputs Tandem fills in. Raises `ConfigError` naming the bad setting."""
-    pipeline = PIPELINES[run.kind]
-    config_class, _ = pipeline.load()
+    config_class, _ = PIPELINES[run.kind].load()
+    return config_from_dict(config_class, judge_config_values(run))
+
+
+def judge_config_values(run: TrainingRun) -> dict[str, Any]:
+    """`judge_config`'s values, before its checks. A run not yet stored (a launch being checked) may lack its
+    snapshot or base: the values then lack them."""
     values = {name: value for name, value in run.config.items() if name != "name"}
     for name in MANAGED_SETTINGS:
         if name in values:
             raise ConfigError(name, "is set by Tandem from the run (snapshot, base policy, run directory)")
-    values["data_path"] = str(snapshot_file(run.snapshot))
-    values["snapshot_hash"] = run.snapshot.content_hash
+    if run.snapshot is not None:
+        values["data_path"] = str(snapshot_file(run.snapshot))
+        values["snapshot_hash"] = run.snapshot.content_hash
     try:
-        values["base_model"] = (
-            run.base_policy.policy_spec()["path"]
-            if run.base_policy
-            else check_model_path(run.project_id, run.inputs.get("base_model", ""))
-        )
+        if run.base_policy is not None:
+            values["base_model"] = run.base_policy.policy_spec()["path"]
+        elif run.inputs.get("base_model"):
+            values["base_model"] = check_model_path(run.project_id, run.inputs["base_model"])
     except LocationError as exc:
         raise ConfigError("base_model", str(exc)) from None
     values["output_dir"] = str(run_output_dir(run))
     for setting, model_id in (run.inputs.get("judges") or {}).items():
         values[setting] = RegisteredModel.objects.get(pk=model_id, project=run.project).path
-    return config_from_dict(config_class, values)
+    return values
 
 
 def create_judge_run(
@@ -177,28 +188,72 @@ def create_judge_run(
             errors[f"judges.{setting}"] = f"is a {model.kind}, not a {allowed_judges[setting]}"
         else:
             judge_ids[setting] = model.pk
+    inputs: dict[str, Any] = {"judges": judge_ids}
+    if base_model and "base_model" not in errors:
+        inputs["base_model"] = base_model
+    run = TrainingRun(
+        project=project,
+        kind=kind,
+        config=dict(config or {}),
+        snapshot=None if "snapshot" in errors else snapshot,
+        base_policy=None if "base_policy" in errors else base_policy,
+        inputs=inputs,
+        created_by=created_by,
+    )
+    pipeline_config = _checked_config(run, pipeline, errors)
+    if pipeline_config is not None:
+        rows = _checked_rows(run, pipeline, pipeline_config, errors)
+        if rows is not None:
+            inputs["data"] = {"rows": len(rows)}
+            if warning := data_checks.small_data_warning(len(rows), pipeline_config.batch_size, "rows"):
+                inputs["data"]["warning"] = warning
     if errors:
         raise LaunchError(errors)
-
-    inputs: dict[str, Any] = {"judges": judge_ids}
-    if base_model:
-        inputs["base_model"] = base_model
-    with transaction.atomic():
-        run = TrainingRun.objects.create(
-            project=project,
-            kind=kind,
-            config=dict(config or {}),
-            snapshot=snapshot,
-            base_policy=base_policy,
-            inputs=inputs,
-            created_by=created_by,
-        )
-        try:
-            judge_config(run)
-        except ConfigError as exc:
-            transaction.set_rollback(True)
-            raise LaunchError({f"config.{exc.field}": exc.reason}) from None
+    run.save()
     return run
+
+
+def _checked_config(run: TrainingRun, pipeline: Pipeline, errors: dict[str, str]) -> Any:
+    """The pipeline config of a run being launched, or None with every bad setting added to `errors` (under the name
+    of the form input it comes from) beside the errors of the other inputs."""
+    config_class, _ = pipeline.load()
+    try:
+        values = judge_config_values(run)
+    except ConfigError as exc:  # a setting Tandem fills in, set by hand; or the base's weights are gone
+        if exc.field == "base_model" and "base_model" not in run.config:
+            errors.setdefault("base_model" if "base_model" in run.inputs else "base_policy", exc.reason)
+        else:
+            errors.setdefault(f"config.{exc.field}", exc.reason)
+        return None
+    found = config_errors(config_class, values)
+    for field_name, reason in found.items():
+        name = _input_name(field_name, pipeline)
+        if name == "base_policy" and "base_model" in errors:
+            continue  # the base model directory named instead is wrong, and says so
+        errors.setdefault(name, reason)
+    return None if found or errors else config_from_dict(config_class, values)
+
+
+def _input_name(field_name: str, pipeline: Pipeline) -> str:
+    """The launch input a pipeline setting comes from."""
+    if field_name in (pipeline.judge_inputs or {}):
+        return f"judges.{field_name}"
+    if field_name == "base_model":
+        return "base_policy"
+    return "snapshot" if field_name == "data_path" else f"config.{field_name}"
+
+
+def _checked_rows(run: TrainingRun, pipeline: Pipeline, config: Any, errors: dict[str, str]) -> list | None:
+    """The snapshot's rows, or None with the reason the pipeline's own row check would refuse them in `errors`."""
+    try:
+        rows = data_checks.snapshot_rows(run.snapshot)
+    except ConfigError as exc:
+        errors["snapshot"] = data_checks.read_error(exc)
+        return None
+    if problem := data_checks.row_errors(run.snapshot, rows, pipeline.row_problems, config):
+        errors["snapshot"] = problem
+        return None
+    return rows
 
 
 def run_judge(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:

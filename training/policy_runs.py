@@ -40,7 +40,8 @@ from feedback_app.models import (
     TrainingRun,
 )
 from feedback_app.models.trajectories import PolicyKind, TaskSplit
-from reward_models.common import CHECKPOINT_DIR, ConfigError, config_from_dict
+from reward_models.common import CHECKPOINT_DIR, ConfigError, config_errors, config_from_dict
+from training import data_checks
 from training.judges import LaunchError, default_base_policy, json_safe
 from training.runs import RunRecorder
 
@@ -64,6 +65,10 @@ class Trainer:
     def load(self) -> tuple[type, Any]:
         module = importlib.import_module(self.module)
         return getattr(module, self.config_class), module.main
+
+    def row_problems(self, rows: list[dict[str, Any]], config: Any) -> dict[int, str]:
+        """The trainer's own check of its rows (`row_problems` in its module), which it also runs as it loads them."""
+        return importlib.import_module(self.module).row_problems(rows, config)
 
 
 # A Nash-style trainer plays against a pairwise preference model, or a Bradley-Terry reward model's P(a > b).
@@ -145,18 +150,25 @@ def policy_config(run: TrainingRun) -> Any:
     """The trainer config for `run`: its stored settings plus what Tandem fills in (the base policy's weights, the
     snapshot file, the run directory, the project's environment, the judge models' directories). Raises
     `ConfigError` naming the bad setting."""
+    config_class, _ = TRAINERS[run.kind].load()
+    return config_from_dict(config_class, policy_config_values(run))
+
+
+def policy_config_values(run: TrainingRun) -> dict[str, Any]:
+    """`policy_config`'s values, before its checks. A run not yet stored (a launch being checked) may lack its base
+    policy: the values then lack its weights."""
     trainer = TRAINERS[run.kind]
-    config_class, _ = trainer.load()
     values = {name: value for name, value in run.config.items() if name != "name"}
     snapshot_settings = {name for implied in trainer.export_kinds.values() for name in implied}
     for name in (*MANAGED_SETTINGS, *trainer.judge_inputs, *trainer.implied, *snapshot_settings):
         if name in values:
             raise ConfigError(name, "is set by Tandem from the run (base policy, snapshot, judges, environment)")
     values.update(trainer.implied)
-    try:
-        values["policy_path"] = run.base_policy.policy_spec()["path"]
-    except LocationError as exc:
-        raise ConfigError("base_policy", str(exc)) from None
+    if run.base_policy is not None:
+        try:
+            values["policy_path"] = run.base_policy.policy_spec()["path"]
+        except LocationError as exc:
+            raise ConfigError("base_policy", str(exc)) from None
     values["output_dir"] = str(run_output_dir(run))
     values["environment"] = run.project.environment.dotted_path
     values["environment_config"] = dict(run.project.environment.config or {})
@@ -166,7 +178,7 @@ def policy_config(run: TrainingRun) -> Any:
         values.update(trainer.export_kinds.get(run.snapshot.export_kind) or {})
     for setting, model_id in (run.inputs.get("judges") or {}).items():
         values[setting] = RegisteredModel.objects.get(pk=model_id, project=run.project).path
-    return config_from_dict(config_class, values)
+    return values
 
 
 def create_policy_run(
@@ -237,26 +249,70 @@ def create_policy_run(
     except LaunchError as exc:
         errors.update(exc.errors)
         options = None
+    run = TrainingRun(
+        project=project,
+        kind=kind,
+        config=dict(config or {}),
+        snapshot=None if "snapshot" in errors else snapshot,
+        base_policy=None if "base_policy" in errors else base_policy,
+        inputs={"judges": judge_ids},
+        created_by=created_by,
+    )
+    trainer_config = _checked_config(run, trainer, errors)
+    data = _data(run, trainer, trainer_config, errors) if trainer_config is not None and snapshot else {}
     if errors:
         raise LaunchError(errors)
-
-    with transaction.atomic():
-        run = TrainingRun.objects.create(
-            project=project,
-            kind=kind,
-            config=dict(config or {}),
-            snapshot=snapshot,
-            base_policy=base_policy,
-            inputs={"judges": judge_ids, "review": asdict(options)},
-            created_by=created_by,
-        )
-        try:
-            policy_config(run)
-        except ConfigError as exc:
-            transaction.set_rollback(True)
-            field_name = f"judges.{exc.field}" if exc.field in trainer.judge_inputs else f"config.{exc.field}"
-            raise LaunchError({field_name: exc.reason}) from None
+    run.inputs = {"judges": judge_ids, "review": asdict(options), **({"data": data} if data else {})}
+    run.save()
     return run
+
+
+def _checked_config(run: TrainingRun, trainer: Trainer, errors: dict[str, str]) -> Any:
+    """The trainer config of a run being launched, or None with every bad setting added to `errors` (under the name
+    of the form input it comes from) beside the errors of the other inputs."""
+    config_class, _ = trainer.load()
+    try:
+        values = policy_config_values(run)
+    except ConfigError as exc:  # a setting Tandem fills in, set by hand; or the base policy's weights are gone
+        errors.setdefault("base_policy" if exc.field == "base_policy" else f"config.{exc.field}", exc.reason)
+        return None
+    found = config_errors(config_class, values)
+    for field_name, reason in found.items():
+        errors.setdefault(_input_name(field_name, trainer), reason)
+    return None if found or errors else config_from_dict(config_class, values)
+
+
+def _input_name(field_name: str, trainer: Trainer) -> str:
+    """The launch input a trainer setting comes from."""
+    if field_name in trainer.judge_inputs:
+        return f"judges.{field_name}"
+    return {"policy_path": "base_policy", "base_policy": "base_policy", "data_path": "snapshot"}.get(
+        field_name, f"config.{field_name}"
+    )
+
+
+def _data(run: TrainingRun, trainer: Trainer, config: Any, errors: dict[str, str]) -> dict[str, Any]:
+    """The snapshot's rows checked by the trainer's own check, and what the run would train on: ``rows`` and, for
+    DPO, the pair counts it reports, with a ``warning`` when they make less than a batch."""
+    try:
+        rows = data_checks.snapshot_rows(run.snapshot)
+    except ConfigError as exc:
+        errors["snapshot"] = data_checks.read_error(exc)
+        return {}
+    if problem := data_checks.row_errors(run.snapshot, rows, trainer.row_problems, config):
+        errors["snapshot"] = problem
+        return {}
+    data: dict[str, Any] = {"rows": len(rows)}
+    # DPO is the trainer that leaves rows out by its settings (ties, balance), and whose batches are of rows; SFT and
+    # KTO learn from every turn of a row, so their rows say little about their batches.
+    if run.kind == RunKind.DPO:
+        from reward_models.finetune.dpo import describe_counts, pair_counts
+
+        counts = pair_counts(rows, config)
+        data.update(counts, summary=describe_counts(counts, config))
+        if warning := data_checks.small_data_warning(counts["used"], config.batch_size, "pairs", data["summary"]):
+            data["warning"] = warning
+    return data
 
 
 def run_policy_training(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:

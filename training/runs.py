@@ -21,6 +21,7 @@ from django.db.models.functions import Concat
 from django.utils import timezone
 
 from feedback_app.models import RunStatus, TrainingRun
+from reward_models.common import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ def execute_run(
     except Exception as exc:  # noqa: BLE001 - any pipeline error fails the run, and the traceback is kept on it.
         logger.exception("run %s failed", run_id)
         run = TrainingRun.objects.get(pk=run_id)
-        run.error = "".join(traceback.format_exception(exc))[-MAX_LOG_CHARS:]
+        run.error = failure_text(exc)
         _finish(run, RunStatus.FAILED, extra_fields=["error"])
         return RunStatus.FAILED
     run = TrainingRun.objects.get(pk=run_id)
@@ -160,6 +161,14 @@ def execute_run(
         run.progress_current = run.progress_total
     _finish(run, RunStatus.SUCCEEDED, extra_fields=["summary", "progress_current"])
     return RunStatus.SUCCEEDED
+
+
+def failure_text(exc: BaseException) -> str:
+    """What a failed run keeps: the reason in a line a person reads first (a bad setting's message as it is,
+    ``data_path: 3 of 40 rows cannot be used: ...``, any other error with its type), then the traceback."""
+    reason = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}".rstrip(": ")
+    trace = "".join(traceback.format_exception(exc))
+    return f"{reason[:2000]}\n\n{trace[-(MAX_LOG_CHARS - 2002) :]}"
 
 
 def _finish(run: TrainingRun, status: RunStatus, extra_fields: list[str] | None = None) -> None:

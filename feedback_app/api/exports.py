@@ -94,6 +94,12 @@ FILTER_PARAMETERS = [
         description="Only rows whose every trajectory comes from one of these policy versions (ids).",
     ),
     OpenApiParameter(
+        "sources",
+        enum=["policy", "human", "import"],
+        many=True,
+        description="Only rows whose every trajectory has one of these sources (policy rollout, human, import).",
+    ),
+    OpenApiParameter(
         "min_agreement",
         OpenApiTypes.FLOAT,
         description="Only items whose labels agree at least this much (share holding the most common judgement, 0-1). "

@@ -16,6 +16,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from feedback_app.models.trajectories import TrajectorySource
 from feedback_app.text_checks import INT64_MAX
 
 
@@ -93,6 +94,7 @@ FILTER_FIELDS = (
     "until",
     "annotators",
     "policy_versions",
+    "sources",
     "min_agreement",
     "exclude_gold",
     "aggregate",
@@ -118,13 +120,16 @@ class ExportFilters:
 
     Dates bound the labels' `created_at` (in a `returns` export, which reads trajectories rather than labels, the
     trajectories' `created_at`), both ends inclusive; a bare date as `until` covers that whole day.
-    `policy_versions` keeps a row only when every trajectory in it comes from one of those versions.
+    `policy_versions` keeps a row only when every trajectory in it comes from one of those versions, and `sources`
+    when every one has one of those sources (`policy`, `human`, `import`): imported trajectories, say, can be left
+    out of a snapshot their rows do not suit.
     """
 
     since: dt.datetime | None = None
     until: dt.datetime | None = None
     annotators: tuple[int, ...] = ()
     policy_versions: tuple[int, ...] = ()
+    sources: tuple[str, ...] = ()
     min_agreement: float | None = None
     exclude_gold: bool = False
     aggregate: Aggregation = Aggregation.MAJORITY
@@ -161,6 +166,7 @@ class ExportFilters:
         read("until", lambda raw: _parse_moment(_single(raw), end_of_day=True))
         read("annotators", lambda raw: _parse_ids(raw, "a user id"))
         read("policy_versions", lambda raw: _parse_ids(raw, "a policy version id"))
+        read("sources", _parse_sources)
         read("min_agreement", lambda raw: _parse_share(_single(raw)))
         read("exclude_gold", lambda raw: _parse_bool(_single(raw)))
         read("aggregate", lambda raw: _parse_choice(Aggregation, _single(raw)))
@@ -280,6 +286,17 @@ def _parse_ids(raw: list[Any], what: str) -> tuple[int, ...]:
                 raise ValueError(f"{part!r} is not {what}; give positive integers, comma-separated or repeated.")
             ids.append(int(part))
     return tuple(sorted(set(ids)))
+
+
+def _parse_sources(raw: list[Any]) -> tuple[str, ...]:
+    sources = {part.strip() for value in raw for part in str(value).split(",") if part.strip()}
+    unknown = sorted(sources - set(TrajectorySource.values))
+    if unknown or not sources:
+        raise ValueError(
+            f"{', '.join(unknown) or 'nothing'} is not a trajectory source; the sources are "
+            f"{', '.join(TrajectorySource.values)}, comma-separated or repeated."
+        )
+    return tuple(sorted(sources))
 
 
 def _parse_share(value: Any) -> float:

@@ -22,7 +22,7 @@ def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow
     as unrewarded; rollouts and interventions made in Tandem stepped the environment, so their zeros are real.
 
     Rows are trajectories, not labels: `since`/`until` bound the trajectories' creation, `policy_versions` their
-    version; a trajectory without steps gives no row.
+    version, `sources` their source; a trajectory without steps gives no row.
     """
     trajectories = Trajectory.objects.filter(project=project)
     if filters.since is not None:
@@ -31,6 +31,8 @@ def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow
         trajectories = trajectories.filter(created_at__lte=filters.until)
     if filters.policy_versions:
         trajectories = trajectories.filter(policy_version_id__in=filters.policy_versions)
+    if filters.sources:
+        trajectories = trajectories.filter(source__in=filters.sources)
     rows = trajectories.order_by("id").values_list("id", "success", "external_id").iterator(chunk_size=CHUNK_ROWS)
     batches = grouped_batches(rows, lambda row: row[0], BATCH_ITEMS)
     for batch, conversations in with_conversations(batches, _trajectory_ids, _conversations_with_rewards):

@@ -117,6 +117,8 @@ def label_queryset(
         labels = labels.exclude(assignment__item__is_gold=True)
     for path in trajectory_paths if filters.policy_versions else ():
         labels = labels.filter(**{f"{path}__policy_version_id__in": filters.policy_versions})
+    for path in trajectory_paths if filters.sources else ():
+        labels = labels.filter(**{f"{path}__source__in": filters.sources})
     return labels
 
 
@@ -546,7 +548,7 @@ def sft_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
     Demonstrations carry no annotator, so an `annotators` filter leaves them out; dates filter them by creation.
     """
     yield from _intervention_demonstrations(project, filters)
-    if filters.annotators:
+    if filters.annotators or (filters.sources and TrajectorySource.HUMAN not in filters.sources):
         return
     trajectories = Trajectory.objects.filter(project=project, source=TrajectorySource.HUMAN, parent__isnull=True)
     if filters.since is not None:

@@ -35,6 +35,7 @@ class RunStatus(models.TextChoices):
 
 
 FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+TRACEBACK_START = "Traceback (most recent call last):"
 
 
 class DatasetSnapshot(models.Model):
@@ -123,6 +124,18 @@ class TrainingRun(models.Model):
     @property
     def progress_fraction(self) -> float:
         return self.progress_current / self.progress_total if self.progress_total else 0.0
+
+    @property
+    def error_reason(self) -> str:
+        """Why the run failed, in the words a person reads first: the error's first paragraph (a run that failed
+        before it was kept that way: its traceback's last line)."""
+        if not self.error.startswith(TRACEBACK_START):
+            return self.error.split("\n\n", 1)[0]
+        return self.error.rstrip().rsplit("\n", 1)[-1]
+
+    @property
+    def error_traceback(self) -> str:
+        return self.error[self.error.find(TRACEBACK_START) :] if TRACEBACK_START in self.error else ""
 
     @property
     def eta(self) -> timedelta | None:

@@ -104,7 +104,6 @@ def wrappable(text) -> SafeString:
     never break."""
     words = str(text if text is not None else "").split(" ")
     pieces = [
-        "<wbr>".join(escape(word[i : i + WRAP_EVERY]) for i in range(0, len(word), WRAP_EVERY)) or ""
-        for word in words
+        "<wbr>".join(escape(word[i : i + WRAP_EVERY]) for i in range(0, len(word), WRAP_EVERY)) or "" for word in words
     ]
     return mark_safe(" ".join(pieces))

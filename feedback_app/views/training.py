@@ -33,10 +33,12 @@ from feedback_app.exports.snapshots import create_snapshot
 from feedback_app.launch_forms import (
     LAUNCH_KINDS,
     SNAPSHOT_FILTERS,
+    TINY_RECIPES,
     NewSnapshot,
     RunForm,
     Setting,
     config_from_form,
+    estimate,
     launch_run,
     launch_values,
     rerun,
@@ -69,13 +71,31 @@ HEADLINE_METRICS = ("loss", "reward", "kl", "acc")
 @login_required
 @vary_on_headers("HX-Request")
 def training_page(request: HttpRequest, project_pk: int) -> HttpResponse:
-    """The page; with `?kind=` the launch form of that kind, which is all an htmx request (the kind selector) gets."""
+    """The page; with `?kind=` the launch form of that kind, which is all an htmx request (the kind selector) gets;
+    with `?recipe=tiny` too, that form filled in with the settings the project's benchmarks found to work for the
+    built-in tiny models."""
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
     kind = request.GET.get("kind", "")
     kind = kind if kind in LAUNCH_KINDS else LAUNCH_KINDS[0]
+    values = dict(TINY_RECIPES.get(kind, {})) if request.GET.get("recipe") == "tiny" else None
     if request.htmx:
-        return render(request, TEMPLATE + "#launch-form", {"project": project, "launch": _launch_form(project, kind)})
-    return _page(request, project, kind=kind)
+        launch = _launch_form(project, kind, values)
+        return render(request, TEMPLATE + "#launch-form", {"project": project, "launch": launch})
+    return _page(request, project, kind=kind, values=values)
+
+
+@require_GET
+@login_required
+def launch_estimate(request: HttpRequest, project_pk: int) -> HttpResponse:
+    """The launch form's rough run time for the settings it holds now (the form asks again on every change)."""
+    project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
+    try:
+        form = run_form(request.GET.get("kind", ""))
+    except LaunchError:
+        return HttpResponse(status=204)
+    values = _posted_values(request.GET)
+    context = {"project": project, "launch": {"form": form, "estimate": _estimate(project, form, values)}}
+    return render(request, TEMPLATE + "#launch-estimate", context)
 
 
 @require_GET
@@ -94,7 +114,9 @@ def run_page(request: HttpRequest, project_pk: int, run_pk: int) -> HttpResponse
     config, the log tail and the error; polled while it is not finished. The metrics series is a column of the run's
     own row, so a poll costs the same few queries however long the series grows."""
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
-    run = get_object_or_404(TrainingRun.objects.select_related("base_policy", "snapshot"), project=project, pk=run_pk)
+    run = get_object_or_404(
+        TrainingRun.objects.select_related("base_policy", "snapshot", "created_by"), project=project, pk=run_pk
+    )
     return render(request, RUN_TEMPLATE + "#run" if request.htmx else RUN_TEMPLATE, _run_context(project, run))
 
 
@@ -119,16 +141,17 @@ def make_snapshot(request: HttpRequest, project_pk: int) -> HttpResponse:
 def launch(request: HttpRequest, project_pk: int) -> HttpResponse:
     """Launch a run of any kind from its form (and freeze a snapshot from filters first when the form asks)."""
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
-    data = {key: request.POST.getlist(key)[-1] for key in request.POST}  # a ticked checkbox follows its hidden "false"
+    data = _posted_values(request.POST)
     try:
         form = run_form(data.get("kind", ""))
     except LaunchError as exc:
         return _page(request, project, launch_errors=exc.errors)
     launch_args, errors = _launch_args(project, form, data)
+    confirmed = data.get("confirm_data") in ("true", "on")
     try:
-        if errors:
-            raise LaunchError(errors)
-        run = launch_run(project, form.kind, **launch_args, created_by=request.user)
+        run = launch_run(
+            project, form.kind, **launch_args, created_by=request.user, errors=errors, confirmed=confirmed
+        )
     except LaunchError as exc:
         return _page(request, project, kind=form.kind, values=data, launch_errors=exc.errors)
     messages.success(request, f"{run.get_kind_display()} run {run.pk} queued.")
@@ -163,7 +186,9 @@ def cancel_run(request: HttpRequest, project_pk: int, run_pk: int) -> HttpRespon
     from training.runs import request_cancel
 
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
-    run = get_object_or_404(TrainingRun.objects.select_related("base_policy", "snapshot"), project=project, pk=run_pk)
+    run = get_object_or_404(
+        TrainingRun.objects.select_related("base_policy", "snapshot", "created_by"), project=project, pk=run_pk
+    )
     if request_cancel(run):
         messages.info(request, f"Run {run.pk}: cancel requested.")
     else:
@@ -183,10 +208,23 @@ def _back(project: Project) -> HttpResponse:
     return HttpResponseRedirect(reverse("training", args=[project.pk]), status=303)
 
 
+def _posted_values(query) -> dict[str, str]:
+    """The form's inputs by name. A ticked checkbox follows its hidden "false", so the last value counts; the values
+    of a multiple select are joined by commas, as the snapshot filters read them."""
+    values = {key: query.getlist(key)[-1] for key in query}
+    for snapshot_filter in SNAPSHOT_FILTERS:
+        if snapshot_filter.input == "multiselect" and (key := f"new_snapshot.{snapshot_filter.name}") in query:
+            values[key] = ",".join(query.getlist(key))
+    return values
+
+
 def _launch_args(project: Project, form: RunForm, data: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """`launch_run`'s arguments from the posted form, and the errors of the inputs that name nothing valid."""
+    """`launch_run`'s arguments from the posted form, and the errors of the inputs that name nothing valid. The form
+    names its base policy and its snapshot itself: nothing is taken for being the newest."""
     config, errors = config_from_form(form, data)
     args: dict[str, Any] = {"config": config}
+    if not data.get("base_policy"):
+        errors["base_policy"] = "choose the policy version this run starts from"
     args["base_policy"] = _pick(project.policy_versions, data.get("base_policy"), "base_policy", errors)
     args["judges"] = {}
     for choice in form.judges:
@@ -196,6 +234,8 @@ def _launch_args(project: Project, form: RunForm, data: dict[str, str]) -> tuple
     if form.export_kinds and data.get("snapshot") == "new":
         args["new_snapshot"] = NewSnapshot.from_form(form, data)
     elif form.export_kinds:
+        if not data.get("snapshot"):
+            errors["snapshot"] = "choose the snapshot to train on, or make a new one from filters"
         args["snapshot"] = _pick(project.snapshots, data.get("snapshot"), "snapshot", errors)
     if form.family == "policy":
         args["review"] = _review(data, errors)
@@ -265,6 +305,7 @@ def _run_context(project: Project, run: TrainingRun) -> dict[str, Any]:
     return {
         "project": project,
         "run": _timing(run),
+        "data": _data_text(run),
         "charts": _metric_charts(run.metrics),
         "latest": _latest_metrics(run.metrics),
         "figures": {k: v for k, v in (run.summary.get("metrics") or {}).items() if isinstance(v, (int, float))},
@@ -278,6 +319,16 @@ def _run_context(project: Project, run: TrainingRun) -> dict[str, Any]:
         if run.summary.get("config")
         else "",
     }
+
+
+def _data_text(run: TrainingRun) -> str:
+    """What the run trains on, as its launch counted it from the snapshot: the rows and, for DPO, how many pairs it
+    uses and why it leaves the others out; with the warning the launch was confirmed over."""
+    data = (run.inputs or {}).get("data") or {}
+    if not data:
+        return ""
+    text = data.get("summary") or f"{data['rows']} rows"
+    return f"{text}. Launched anyway over the warning: {data['warning']}" if data.get("warning") else text
 
 
 def _metric_series(metrics: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
@@ -320,7 +371,8 @@ def _latest_metrics(metrics: list[dict[str, Any]]) -> list[tuple[str, float, flo
 @dataclass
 class Field:
     """One input of the launch form, ready for `_launch_field.html`. `name` is what it posts and the key of its
-    error; `input` is select, checkbox, number, text, date or json."""
+    error; `input` is select, multiselect (`value` holds the chosen values, comma-separated), checkbox, number, text,
+    date or json."""
 
     name: str
     label: str
@@ -335,15 +387,21 @@ class Field:
     def id(self) -> str:
         return "launch-" + self.name.replace(".", "-").replace("_", "-")
 
+    @property
+    def chosen(self) -> list[str]:
+        """The values a multiple select has selected."""
+        return self.value.split(",")
+
 
 def _setting_field(setting: Setting) -> Field:
-    inputs = {"checkbox": "checkbox", "int": "number", "float": "number", "json": "json"}
+    inputs = {"checkbox": "checkbox", "int": "number", "float": "number", "json": "json", "choice": "select"}
     help_text = f"{setting.help} Default: {setting.shown(setting.default) or '(empty)'}."
     return Field(
         f"config.{setting.name}",
         setting.name,
         inputs.get(setting.input, "text"),
         setting.shown(setting.default),
+        [(choice, choice) for choice in setting.choices] or None,
         help=help_text.strip(),
         step="1" if setting.input == "int" else "any",
     )
@@ -358,12 +416,17 @@ def _launch_form(
     values, errors = values or {}, errors or {}
     sections: dict[str, list[Field]] = {"data": [], "new_snapshot": [], "models": [], "output": []}
     if form.export_kinds:
-        snapshots = DatasetSnapshot.objects.filter(project=project, export_kind__in=form.export_kinds)
-        choices = [(str(s.pk), f"{s.name} ({s.export_kind}, {s.row_count} rows)") for s in snapshots]
-        default = choices[0][0] if choices else "new"
+        snapshots = list(
+            DatasetSnapshot.objects.filter(project=project, export_kind__in=form.export_kinds)
+            .select_related("created_by")
+            .order_by("-created_at", "-id")
+        )
+        # No snapshot is chosen for the researcher: the newest may well be someone else's.
+        choices = [("", "— choose a snapshot —")] if snapshots else []
+        choices += [(str(s.pk), _snapshot_label(s)) for s in snapshots]
         choices.append(("new", "a new snapshot, made now from the filters below"))
-        sections["data"].append(Field("snapshot", "Snapshot", "select", default, choices))
-        sections["new_snapshot"] += _new_snapshot_fields(form)
+        sections["data"].append(Field("snapshot", "Snapshot", "select", "" if snapshots else "new", choices))
+        sections["new_snapshot"] += _new_snapshot_fields(project, form)
     sections["models"].append(_base_policy_field(project, form))
     models = list(RegisteredModel.objects.filter(project=project, kind__in={k for c in form.judges for k in c.kinds}))
     for choice in form.judges:
@@ -384,6 +447,8 @@ def _launch_form(
             )
         )
         sections["output"].append(Field("review.num_tasks", "Review tasks", "number", "16", step="1"))
+    if "confirm_data" in errors:  # too little data for the settings: launching anyway takes a tick
+        sections["data"].append(Field("confirm_data", "Launch anyway", "checkbox", "false"))
     method = [_setting_field(setting) for setting in form.method_settings]
     shared = [_setting_field(setting) for setting in form.shared_settings]
     shown = set()
@@ -400,22 +465,47 @@ def _launch_form(
         "shared": shared,
         "shared_open": any(field.error for field in shared),
         "other_errors": {name: reason for name, reason in errors.items() if name not in shown},
+        "recipe": kind in TINY_RECIPES,
+        "estimate": _estimate(project, form, values),
+    }
+
+
+def _snapshot_label(snapshot: DatasetSnapshot) -> str:
+    by = f", by {snapshot.created_by.username}" if snapshot.created_by else ""
+    made = timezone.localtime(snapshot.created_at)
+    return f"{snapshot.name} ({snapshot.export_kind}, {snapshot.row_count} rows{by}, {made:%Y-%m-%d %H:%M})"
+
+
+def _estimate(project: Project, form: RunForm, values: dict[str, str]) -> dict[str, Any]:
+    """The launch form's rough run time: the whole, and its parts in words."""
+    snapshot = values.get("snapshot", "")
+    rows = None
+    if snapshot.isdigit():
+        rows = DatasetSnapshot.objects.filter(project=project, pk=snapshot).values_list("row_count", flat=True).first()
+    parts = estimate(form, values, rows)
+    return {
+        "total": _duration(timedelta(seconds=sum(seconds for _, seconds in parts))) if parts else "",
+        "parts": [(what, _duration(timedelta(seconds=seconds))) for what, seconds in parts],
     }
 
 
 def _base_policy_field(project: Project, form: RunForm) -> Field:
+    """The policy version the run starts from (or rolls out): always the researcher's choice, never the newest by
+    default, which may be someone else's."""
     policies = PolicyVersion.objects.filter(project=project).order_by("-created_at", "-id")
     if form.family == "rollout":
         policies = policies.exclude(kind=PolicyKind.EXTERNAL)
-        label, default = "Policy version to roll out", "the newest one Tandem can run"
+        label = "Policy version to roll out"
     else:
         policies = policies.filter(kind=PolicyKind.LOCAL)
-        label, default = "Base policy", "the newest local version"
-    choices = [("", default)] + [(str(p.pk), p.name) for p in policies]
+        label = "Base policy (the policy version it starts from)" if form.family == "policy" else "Base model"
+    choices = [("", "— choose —")] + [
+        (str(p.pk), f"{p.name} ({timezone.localtime(p.created_at):%Y-%m-%d %H:%M})") for p in policies
+    ]
     return Field("base_policy", label, "select", "", choices)
 
 
-def _new_snapshot_fields(form: RunForm) -> list[Field]:
+def _new_snapshot_fields(project: Project, form: RunForm) -> list[Field]:
     export_kinds = [(kind, kind) for kind in form.export_kinds]
     name = f"{form.kind}-{timezone.localtime():%Y%m%d-%H%M%S}"
     fields = [
@@ -426,7 +516,11 @@ def _new_snapshot_fields(form: RunForm) -> list[Field]:
         if not snapshot_filter.applies(form.export_kinds):
             continue
         choices = [(str(choice), str(choice)) for choice in snapshot_filter.choices] or None
+        if snapshot_filter.name == "policy_versions":
+            choices = [(str(p.pk), p.name) for p in project.policy_versions.order_by("-created_at", "-id")]
         default = "false" if snapshot_filter.input == "checkbox" else (choices[0][0] if choices else "")
+        if snapshot_filter.input == "multiselect":
+            default = ""  # nothing selected: no filter
         input_type = "number" if snapshot_filter.input == "float" else snapshot_filter.input
         fields.append(
             Field(f"new_snapshot.{snapshot_filter.name}", snapshot_filter.label, input_type, default, choices)

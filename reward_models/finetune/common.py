@@ -68,7 +68,10 @@ class PolicyTrainConfig:
     save_steps: int = field(default=25, metadata={"help": "Checkpoint every this many steps (for resume)."})
     logging_steps: int = field(default=5, metadata={"help": "Record metrics every this many steps."})
     max_seconds: float = field(default=0.0, metadata={"help": "Stop training after this many seconds (0: no limit)."})
-    precision: str = field(default="auto", metadata={"help": f"One of {', '.join(PRECISIONS)}; auto: bf16 on CUDA."})
+    precision: str = field(
+        default="auto",
+        metadata={"choices": PRECISIONS, "help": f"One of {', '.join(PRECISIONS)}; auto: bf16 on CUDA."},
+    )
     use_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (peft), merged into the result."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     environment: str = field(default=GRIDWORLD, metadata={"help": "The environment class, as a dotted path."})

@@ -62,10 +62,12 @@ from reward_models.common import (
     ConfigError,
     Reporter,
     SilentReporter,
+    bad_rows,
     checkpoint_dir,
     cli,
     read_rows,
     require,
+    rows_error,
     seed_everything,
     trained_model,
     trainer_callback,
@@ -106,7 +108,10 @@ class DPOConfig(PolicyTrainConfig):
     output_dir: str = field(default="var/policies/dpo", metadata={"help": "Where checkpoints and the policy go."})
     level: str = field(
         default="step",
-        metadata={"help": "step: step_preference pairs through TRL's DPOTrainer; trajectory: whole trajectories."},
+        metadata={
+            "choices": LEVELS,
+            "help": "step: step_preference pairs through TRL's DPOTrainer; trajectory: whole trajectories.",
+        },
     )
     learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate (linear decay)."})
     beta: float = field(default=0.5, metadata={"help": "DPO's beta: higher keeps the policy nearer the reference."})
@@ -117,8 +122,9 @@ class DPOConfig(PolicyTrainConfig):
     balance: str = field(
         default="action",
         metadata={
+            "choices": BALANCES,
             "help": "action: keep the largest subset found in which every action is as often chosen as rejected "
-            "(step level); none: every pair."
+            "(step level); none: every pair.",
         },
     )
     num_epochs: float = field(default=2.0, metadata={"help": "At most this many passes over the pairs."})
@@ -159,25 +165,58 @@ class PreferencePair:
     rejected_action: str
 
 
+def row_problems(rows: Sequence[dict[str, Any]], config: DPOConfig) -> dict[int, str]:
+    """The rows that are no conversational pair at `config.level`, by number, and why. Ties are no problem: they are
+    left out (`preference_pairs`)."""
+    return bad_rows(rows, lambda row: _row_problem(row, config.level))
+
+
+def _row_problem(row: dict[str, Any], level: str) -> str | None:
+    if row.get("tie"):
+        return None
+    for key in ("prompt", "chosen", "rejected"):
+        value = row.get(key)
+        if not isinstance(value, list) or not value or not all(isinstance(m, dict) for m in value):
+            return f"{key!r} must be a non-empty list of messages (export the conversational style)"
+    if row["prompt"][-1].get("role") != "user":
+        return (
+            "the prompt must end with an observation (a user message); a trajectory-level pair needs both sides to "
+            "start from the same first observation"
+        )
+    for key in ("chosen", "rejected"):
+        if row[key][0].get("role") != "assistant":
+            return f"{key!r} must start with an assistant message"
+    try:
+        for side in _sides(row, level):
+            conversation_turns(row["prompt"] + side)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _sides(row: dict[str, Any], level: str) -> tuple[list[Message], list[Message]]:
+    """The chosen and the rejected side as trained at `level`: at the step level only the step where they part."""
+    if level == "step":
+        return row["chosen"][:1], row["rejected"][:1]
+    return list(row["chosen"]), list(row["rejected"])
+
+
 def preference_pairs(
     rows: Sequence[dict[str, Any]],
     tokenizer: PreTrainedTokenizerBase,
     history_window: int | None,
     level: str,
 ) -> list[PreferencePair]:
-    """The rows' pairs, encoded turn by turn. Ties (``tie: true``) are no preference and are left out; a row that
-    is not a conversational pair is a `ConfigError` on ``data_path`` naming the row."""
+    """The rows' pairs, encoded turn by turn. Ties (``tie: true``) are no preference and are left out; rows that are
+    not conversational pairs are a `ConfigError` on ``data_path`` naming every one of them (`row_problems`)."""
+    if problems := bad_rows(rows, lambda row: _row_problem(row, level)):
+        raise rows_error(problems, len(rows))
     pairs = []
-    for number, row in enumerate(rows, start=1):
+    for row in rows:
         if row.get("tie"):
             continue
-        prompt, chosen, rejected = _pair_messages(row, number)
-        if level == "step":
-            chosen, rejected = chosen[:1], rejected[:1]
-        try:
-            sides = [conversation_turns(prompt + side)[1] for side in (chosen, rejected)]
-        except ValueError as exc:
-            raise ConfigError("data_path", f"row {number}: {exc}") from None
+        prompt, (chosen, rejected) = list(row["prompt"]), _sides(row, level)
+        sides = [conversation_turns(prompt + side)[1] for side in (chosen, rejected)]
         instruction = prompt[0]["content"]
         start = (len(prompt) - 2) // 2  # the prompt is the instruction, then answered turns, then an observation
         encoded = [turn_encodings(tokenizer, instruction, turns, history_window, start) for turns in sides]
@@ -190,22 +229,6 @@ def preference_pairs(
             )
         )
     return pairs
-
-
-def _pair_messages(row: dict[str, Any], number: int) -> tuple[list[Message], list[Message], list[Message]]:
-    for key in ("prompt", "chosen", "rejected"):
-        value = row.get(key)
-        if not isinstance(value, list) or not value or not all(isinstance(m, dict) for m in value):
-            raise ConfigError(
-                "data_path",
-                f"row {number}: {key!r} must be a non-empty list of messages (export the conversational style)",
-            )
-    if row["prompt"][-1].get("role") != "user":
-        raise ConfigError("data_path", f"row {number}: the prompt must end with an observation (a user message)")
-    for key in ("chosen", "rejected"):
-        if row[key][0].get("role") != "assistant":
-            raise ConfigError("data_path", f"row {number}: {key!r} must start with an assistant message")
-    return list(row["prompt"]), list(row["chosen"]), list(row["rejected"])
 
 
 def balance_by_action(pairs: Sequence[PreferencePair], seed: int) -> list[PreferencePair]:
@@ -244,6 +267,50 @@ def action_counts(pairs: Sequence[PreferencePair]) -> dict[str, dict[str, int]]:
     return {action: {"chosen": chosen[action], "rejected": rejected[action]} for action in sorted(chosen | rejected)}
 
 
+def pair_counts(rows: Sequence[dict[str, Any]], config: DPOConfig) -> dict[str, int]:
+    """What a run with `config` makes of `rows`, before it loads a model (`row_problems` must find none): ``rows``,
+    ``ties`` (no preference, left out), ``pairs``, ``unbalanced`` (left out by ``balance="action"``), ``used`` and
+    the optimiser ``steps`` they make. `main` reports the same counts."""
+    pairs = [
+        PreferencePair([], [], parse_decision(chosen[0]["content"])[1], parse_decision(rejected[0]["content"])[1])
+        for row in rows
+        if not row.get("tie")
+        for chosen, rejected in [_sides(row, config.level)]
+    ]
+    return _counts(len(rows), len(pairs), len(_balanced(pairs, config)), config)
+
+
+def _balanced(pairs: Sequence[PreferencePair], config: DPOConfig) -> list[PreferencePair]:
+    if config.balance == "action" and config.level == "step":  # a trajectory is no one action
+        return balance_by_action(pairs, config.seed)
+    return list(pairs)
+
+
+def _counts(rows: int, pairs: int, used: int, config: DPOConfig) -> dict[str, int]:
+    return {
+        "rows": rows,
+        "ties": rows - pairs,
+        "pairs": pairs,
+        "unbalanced": pairs - used,
+        "used": used,
+        "steps": min(config.max_steps, math.ceil(config.num_epochs * used / config.batch_size)),
+    }
+
+
+def describe_counts(counts: dict[str, int], config: DPOConfig) -> str:
+    """`pair_counts` in words: which pairs train and why the others do not."""
+    parts = [f"{counts['used']} of {counts['rows']} rows train as pairs"]
+    if counts["ties"]:
+        parts.append(f"{counts['ties']} are ties (no preference)")
+    if counts["unbalanced"]:
+        parts.append(
+            f"{counts['unbalanced']} are left out by balance=action (every action must be chosen as often as it is "
+            "rejected)"
+        )
+    steps = counts["steps"]
+    return f"{'; '.join(parts)}: {steps} optimiser step{'s' if steps != 1 else ''} of {config.batch_size} pairs"
+
+
 # --- main ----------------------------------------------------------------------------------------------------------
 
 
@@ -260,14 +327,12 @@ def main(config: DPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     tokenizer, settings = loaded.tokenizer, loaded.settings
     pairs = preference_pairs(rows, tokenizer, settings["history_window"], config.level)
     available = len(pairs)
-    if config.balance == "action" and config.level == "step":  # a trajectory is no one action
-        pairs = balance_by_action(pairs, config.seed)
+    pairs = _balanced(pairs, config)
+    counts = _counts(len(rows), available, len(pairs), config)
     if not pairs:
-        raise ConfigError("data_path", f"no usable preference pairs among its {len(rows)} rows")
-    steps = min(config.max_steps, math.ceil(config.num_epochs * len(pairs) / config.batch_size))
-    reporter.log(
-        f"{len(pairs)} of {available} pairs ({config.balance} balance), {steps} steps at the {config.level} level"
-    )
+        raise ConfigError("data_path", f"no usable preference pairs: {describe_counts(counts, config)}")
+    steps = counts["steps"]
+    reporter.log(f"{describe_counts(counts, config)}, at the {config.level} level")
 
     base = evaluate_base(loaded.model, tokenizer, settings, config)
     started = time.monotonic()
@@ -284,6 +349,7 @@ def main(config: DPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         "metrics": metrics,
         "labels_used": len(pairs),
         "pairs_available": available,
+        "pair_counts": counts,
         "action_counts": action_counts(pairs),
         "steps": training.get("steps", steps),
         "train_seconds": train_seconds,

@@ -80,7 +80,9 @@ class GRPOConfig(PolicyTrainConfig):
         default="",
         metadata={"help": "A reward model directory (reward_models.reward) that scores prompt + completion."},
     )
-    algorithm: str = field(default="grpo", metadata={"help": "grpo (GRPOTrainer) or rloo (RLOOTrainer)."})
+    algorithm: str = field(
+        default="grpo", metadata={"choices": ALGORITHMS, "help": "grpo (GRPOTrainer) or rloo (RLOOTrainer)."}
+    )
     learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate."})
     max_steps: int = field(default=40, metadata={"help": "Optimiser steps."})
     num_generations: int = field(default=8, metadata={"help": "Completions sampled per prompt (the group)."})

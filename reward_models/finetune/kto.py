@@ -47,10 +47,12 @@ from reward_models.common import (
     ConfigError,
     Reporter,
     SilentReporter,
+    bad_rows,
     checkpoint_dir,
     cli,
     read_rows,
     require,
+    rows_error,
     seed_everything,
     trained_model,
     trainer_callback,
@@ -111,6 +113,25 @@ class KTOConfig(PolicyTrainConfig):
         require(self.max_length > 1, "max_length", "must be at least 2")
 
 
+def row_problems(rows: Sequence[dict[str, Any]], config: KTOConfig) -> dict[int, str]:
+    """The rows that are no conversational unpaired row, by number, and why."""
+    return bad_rows(rows, _row_problem)
+
+
+def _row_problem(row: dict[str, Any]) -> str | None:
+    for key in ("prompt", "completion"):
+        value = row.get(key)
+        if not isinstance(value, list) or not all(isinstance(message, dict) for message in value):
+            return f"{key!r} must be a list of messages (export the conversational style)"
+    if not isinstance(row.get("label"), bool):
+        return "'label' must be true or false"
+    try:
+        conversation_turns(row["prompt"] + row["completion"])
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def kto_examples(
     rows: Sequence[dict[str, Any]],
     tokenizer: PreTrainedTokenizerBase,
@@ -118,22 +139,14 @@ def kto_examples(
     max_length: int,
 ) -> tuple[list[dict[str, Any]], int]:
     """One pre-tokenized example per assistant turn (``prompt_ids``, ``completion_ids``, ``label``: the
-    trajectory's), and how many rows they came from. A row that is not a conversational unpaired row is a
-    `ConfigError` on ``data_path`` naming it."""
+    trajectory's), and how many rows they came from. Rows that are not conversational unpaired rows are a
+    `ConfigError` on ``data_path`` naming every one of them (`row_problems`)."""
+    if problems := bad_rows(rows, _row_problem):
+        raise rows_error(problems, len(rows))
     examples, used = [], 0
-    for number, row in enumerate(rows, start=1):
-        prompt, completion, label = row.get("prompt"), row.get("completion"), row.get("label")
-        for key, value in (("prompt", prompt), ("completion", completion)):
-            if not isinstance(value, list) or not all(isinstance(message, dict) for message in value):
-                raise ConfigError(
-                    "data_path", f"row {number}: {key!r} must be a list of messages (export the conversational style)"
-                )
-        if not isinstance(label, bool):
-            raise ConfigError("data_path", f"row {number}: 'label' must be true or false")
-        try:
-            instruction, turns = conversation_turns(prompt + completion)
-        except ValueError as exc:
-            raise ConfigError("data_path", f"row {number}: {exc}") from None
+    for row in rows:
+        label = row["label"]
+        instruction, turns = conversation_turns(row["prompt"] + row["completion"])
         if not turns:
             continue
         used += 1

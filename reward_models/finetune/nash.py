@@ -94,7 +94,8 @@ METHODS = ("nash_md", "spo")
 class NashConfig(PolicyTrainConfig):
     output_dir: str = field(default="var/policies/nash", metadata={"help": "Where checkpoints and the policy go."})
     method: str = field(
-        default="nash_md", metadata={"help": "nash_md (mixture opponent) or spo (k-sample win rates)."}
+        default="nash_md",
+        metadata={"choices": METHODS, "help": "nash_md (mixture opponent) or spo (k-sample win rates)."},
     )
     preference_model_path: str = field(
         default="",

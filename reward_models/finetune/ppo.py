@@ -135,14 +135,18 @@ class PPOConfig(PolicyTrainConfig):
     # Rewards
     reward_source: str = field(
         default="model",
-        metadata={"help": "model: the reward model (+ PRM); oracle: the environment's true reward (upper bound)."},
+        metadata={
+            "choices": REWARD_SOURCES,
+            "help": "model: the reward model (+ PRM); oracle: the environment's true reward (upper bound).",
+        },
     )
     reward_model_path: str = field(default="", metadata={"help": "A reward model directory (reward_models.reward)."})
     reward_layout: str = field(
         default="full",
         metadata={
+            "choices": REWARD_LAYOUTS,
             "help": "How PPO hands a trajectory to the reward model: full (the preference export), decisions, "
-            "actions or moves; the reward model then applies the layout it was trained in."
+            "actions or moves; the reward model then applies the layout it was trained in.",
         },
     )
     prm_path: str = field(default="", metadata={"help": "A process reward model directory (optional)."})
@@ -150,9 +154,10 @@ class PPOConfig(PolicyTrainConfig):
     prm_shaping: str = field(
         default="penalty",
         metadata={
+            "choices": PRM_SHAPINGS,
             "help": "penalty: min(P(good) - 0.5, 0), a charge for bad steps only (no reward for length); signed: "
             "P(good) - 0.5 (a PRM that finds most steps good pays for longer episodes); centred: P(good) minus its "
-            "running mean."
+            "running mean.",
         },
     )
     invalid_penalty: float = field(

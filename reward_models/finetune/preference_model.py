@@ -52,6 +52,7 @@ from reward_models.common import (
     JudgeConfig,
     Reporter,
     SilentReporter,
+    bad_rows,
     checkpoint_dir,
     cli,
     finished_summary,
@@ -60,6 +61,7 @@ from reward_models.common import (
     read_rows,
     require,
     resolve_precision,
+    rows_error,
     split_by_task,
     trained_model,
     write_manifest,
@@ -89,9 +91,15 @@ class PreferenceModelConfig(JudgeConfig):
     )
     layout: str = field(
         default="full",
-        metadata={"help": f"What the model reads: {', '.join(LAYOUTS)} (see reward_models.policy.turns)."},
+        metadata={
+            "choices": LAYOUTS,
+            "help": f"What the model reads: {', '.join(LAYOUTS)} (see reward_models.policy.turns).",
+        },
     )
-    ties: str = field(default="tie_loss", metadata={"help": "Tie rows: drop them, or tie_loss (train toward 1/2)."})
+    ties: str = field(
+        default="tie_loss",
+        metadata={"choices": TIE_MODES, "help": "Tie rows: drop them, or tie_loss (train toward 1/2)."},
+    )
     warmup_steps: int = field(default=10, metadata={"help": "Linear warm-up steps, then linear decay to 0."})
 
     def __post_init__(self) -> None:
@@ -283,17 +291,12 @@ def pair_loss(chosen: torch.Tensor, rejected: torch.Tensor, tie: torch.Tensor) -
     return F.binary_cross_entropy_with_logits(score, target.to(score.device, score.dtype))
 
 
-def _check_rows(rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        raise ConfigError("data_path", "holds no rows")
-    for number, row in enumerate(rows, start=1):
-        for column in ("prompt", "chosen", "rejected"):
-            if not row.get(column):
-                raise ConfigError(
-                    "data_path", f"row {number} has no {column!r} (a preference export has prompt, chosen, rejected)"
-                )
-        if len({isinstance(row[column], str) for column in ("prompt", "chosen", "rejected")}) > 1:
-            raise ConfigError("data_path", f"row {number} mixes text and message lists")
+def row_problems(rows: Sequence[dict[str, Any]], config: PreferenceModelConfig) -> dict[int, str]:
+    """The rows the preference model cannot learn from, by number, and why (the reward model's check: both read
+    the same rows)."""
+    from reward_models.reward import preference_row_problem
+
+    return bad_rows(rows, preference_row_problem)
 
 
 def evaluate(model: PreferenceModel | RewardModelPreference, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -345,7 +348,10 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
         return finished
     precision = resolve_precision(config.precision)
     rows = read_rows(config.data_path)
-    _check_rows(rows)
+    if not rows:
+        raise ConfigError("data_path", "holds no rows")
+    if problems := row_problems(rows, config):
+        raise rows_error(problems, len(rows))
     train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
     dropped_ties = 0
     if config.ties == "drop":

@@ -43,10 +43,12 @@ from reward_models.common import (
     ConfigError,
     Reporter,
     SilentReporter,
+    bad_rows,
     checkpoint_dir,
     cli,
     read_rows,
     require,
+    rows_error,
     seed_everything,
     trained_model,
     trainer_callback,
@@ -100,6 +102,24 @@ class SFTConfig(PolicyTrainConfig):
         require(not unknown, "sources", f"unknown {', '.join(unknown)}; the sources are {', '.join(SOURCES)}")
 
 
+def row_problems(rows: Sequence[dict[str, Any]], config: SFTConfig) -> dict[int, str]:
+    """The rows of the sources `config` imitates that are no conversation, by number, and why."""
+    return bad_rows(rows, lambda row: _row_problem(row, config.sources))
+
+
+def _row_problem(row: dict[str, Any], sources: Sequence[str]) -> str | None:
+    if (row.get("source") or "demonstration") not in sources:
+        return None  # not imitated, so never read
+    messages = row.get("messages")
+    if not isinstance(messages, list) or not all(isinstance(message, dict) for message in messages):
+        return "'messages' must be a list of messages"
+    try:
+        conversation_turns(messages)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def sft_examples(
     rows: Sequence[dict[str, Any]],
     tokenizer: PreTrainedTokenizerBase,
@@ -108,21 +128,17 @@ def sft_examples(
     max_length: int,
 ) -> tuple[list[dict[str, list[int]]], Counter[str]]:
     """One pre-tokenized example per imitated turn (``input_ids``, and ``labels`` with -100 on the prompt), and how
-    many rows of each source they came from. A row that is not a conversation is a `ConfigError` on ``data_path``
-    naming it."""
+    many rows of each source they came from. Rows that are not conversations are a `ConfigError` on ``data_path``
+    naming every one of them (`row_problems`)."""
+    if problems := bad_rows(rows, lambda row: _row_problem(row, sources)):
+        raise rows_error(problems, len(rows))
     examples: list[dict[str, list[int]]] = []
     used: Counter[str] = Counter()
-    for number, row in enumerate(rows, start=1):
+    for row in rows:
         source = row.get("source") or "demonstration"
         if source not in sources:
             continue
-        messages = row.get("messages")
-        if not isinstance(messages, list) or not all(isinstance(message, dict) for message in messages):
-            raise ConfigError("data_path", f"row {number}: 'messages' must be a list of messages")
-        try:
-            instruction, turns = conversation_turns(messages)
-        except ValueError as exc:
-            raise ConfigError("data_path", f"row {number}: {exc}") from None
+        instruction, turns = conversation_turns(row["messages"])
         start = row.get("step_index") or 0
         if start >= len(turns):
             continue

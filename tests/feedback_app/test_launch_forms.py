@@ -16,9 +16,32 @@ def test_each_setting_gets_the_input_its_type_needs():
     assert setting("reward_model", "use_margin").input == "checkbox"
     assert setting("reward_model", "max_steps").input == "int"
     assert setting("reward_model", "learning_rate").input == "float"
-    assert setting("reward_model", "precision").input == "text"
+    assert setting("rollout", "split").input == "text"
     sources, task_ids = setting("sft", "sources"), setting("rollout", "task_ids")
     assert (sources.input, sources.item_type, task_ids.input, task_ids.item_type) == ("list", str, "list", int)
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "choices"),
+    [
+        ("reward_model", "ties", ("drop", "tie_loss")),
+        ("reward_model", "layout", ("full", "decisions", "actions", "moves")),
+        ("reward_model", "ensemble_mode", ("seed", "bootstrap")),
+        ("reward_model", "precision", ("auto", "fp32", "bf16", "fp16")),
+        ("preference_model", "layout", ("full", "decisions", "actions", "moves")),
+        ("dpo", "balance", ("none", "action")),
+        ("dpo", "precision", ("auto", "fp32", "bf16", "fp16")),
+        ("ppo", "reward_source", ("model", "oracle")),
+        ("ppo", "prm_shaping", ("penalty", "signed", "centred")),
+        ("grpo", "algorithm", ("grpo", "rloo")),
+    ],
+)
+def test_a_setting_with_a_fixed_set_of_values_is_a_choice_of_them(kind, name, choices):
+    chosen = setting(kind, name)
+    assert chosen.input == "choice" and set(chosen.choices) == set(choices)
+    assert chosen.parse(choices[-1]) == choices[-1]
+    with pytest.raises(ValueError, match=f"must be one of {', '.join(chosen.choices)}"):
+        chosen.parse("actoin")
 
 
 def test_inputs_parse_to_typed_values_or_say_what_is_wrong():

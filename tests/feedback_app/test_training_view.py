@@ -196,6 +196,8 @@ def test_a_judge_run_is_launched_on_a_snapshot_made_from_filters_in_the_same_for
             "new_snapshot.name": "returns-now",
             "new_snapshot.since": "2020-01-01",
             "config.gamma": "0.9",
+            "base_policy": tiny_policy.pk,
+            "confirm_data": "true",  # six rows, under one batch of eight: launched anyway
         },
     )
     assert response.status_code == 303, response.content.decode()
@@ -246,6 +248,85 @@ def test_bad_input_is_shown_beside_its_field_and_nothing_is_stored(
     response = client.post(url(project, "training-launch"), {"kind": "everything"})
     assert response.status_code == 400 and "kind: not a kind the dashboard launches" in response.content.decode()
     assert not TrainingRun.objects.exists()
+
+
+def test_every_bad_input_is_shown_at_once_each_beside_its_field(
+    client, project, researcher, tiny_policy, sft_snapshot
+):
+    client.force_login(researcher)
+    response = client.post(
+        url(project, "training-launch"),
+        {
+            "kind": "sft",
+            "base_policy": tiny_policy.pk,
+            "snapshot": sft_snapshot.pk,
+            "config.max_steps": "many",  # does not parse
+            "config.learning_rate": "7",  # the trainer's own checks, one after another in __post_init__
+            "config.batch_size": "0",
+            "config.eval_tasks": "-1",
+            "config.precision": "fp64",
+            "review.num_tasks": "0",
+        },
+    )
+    body = response.content.decode()
+    assert response.status_code == 400
+    assert "whole number" in field_html(body, "config.max_steps")
+    assert "must be between 0 and 1" in field_html(body, "config.learning_rate")
+    assert "must be positive" in field_html(body, "config.batch_size")
+    assert "must be 0 (skip) or positive" in field_html(body, "config.eval_tasks")
+    assert "must be one of auto, fp32, bf16, fp16" in field_html(body, "config.precision")
+    assert "from 1 to 1000" in field_html(body, "review.num_tasks")
+    assert body.count('class="field-error" id="launch-') == 6
+    assert not TrainingRun.objects.exists()
+
+
+def test_the_form_names_no_base_policy_or_snapshot_for_the_researcher(
+    client, project, researcher, tiny_policy, sft_snapshot, django_user_model
+):
+    newer = PolicyVersion.objects.create(project=project, name="someone-elses", weights_path=tiny_policy.weights_path)
+    client.force_login(researcher)
+    body = client.get(url(project), {"kind": "sft"}).content.decode()
+    assert '<option value="" selected>— choose —</option>' in field_html(body, "base_policy")
+    assert f'<option value="{newer.pk}">someone-elses' in field_html(body, "base_policy")
+    snapshot = field_html(body, "snapshot")
+    assert '<option value="" selected>— choose a snapshot —</option>' in snapshot
+    assert "demos (sft, 6 rows, by researcher," in snapshot
+    response = client.post(url(project, "training-launch"), {"kind": "sft"})
+    body = response.content.decode()
+    assert response.status_code == 400 and not TrainingRun.objects.exists()
+    assert "choose the policy version this run starts from" in field_html(body, "base_policy")
+    assert "choose the snapshot to train on" in field_html(body, "snapshot")
+
+
+def test_the_run_page_names_its_base_policy_and_snapshot(client, project, researcher, tiny_policy, sft_snapshot):
+    run = TrainingRun.objects.create(
+        project=project, kind="sft", base_policy=tiny_policy, snapshot=sft_snapshot, created_by=researcher
+    )
+    client.force_login(researcher)
+    body = client.get(url(project, "training-run", run.pk)).content.decode()
+    facts = body.split('<dl class="run-facts">')[1].split("</dl>")[0]
+    assert f'<dt>Base policy</dt><dd>tiny <span class="muted">(version {tiny_policy.pk}' in facts
+    assert "<dt>Snapshot</dt><dd>demos" in facts and "by researcher" in facts
+
+
+def test_the_form_offers_the_tiny_model_recipe_and_estimates_the_run_time(client, project, researcher, tiny_policy):
+    client.force_login(researcher)
+    body = client.get(url(project), {"kind": "reward_model"}).content.decode()
+    assert "?kind=reward_model&amp;recipe=tiny" in body
+    body = client.get(url(project), {"kind": "reward_model", "recipe": "tiny"}, **HTMX).content.decode()
+    assert 'value="0.001"' in field_html(body, "config.learning_rate")
+    assert '<option value="moves" selected>' in field_html(body, "config.layout")
+    assert "recipe=tiny" not in client.get(url(project), {"kind": "dpo"}).content.decode()
+
+    # DPO's defaults evaluate the base and the trained policy on 200 tasks, a greedy and a sampled episode each:
+    # most of a CPU run.
+    body = client.get(url(project), {"kind": "dpo"}).content.decode()
+    estimate = body.split('id="launch-estimate"')[1].split("</p>")[0]
+    assert "evaluating the base and the trained policy on 800 held-out episodes: 2 min 56 s" in estimate
+    response = client.get(
+        url(project, "training-estimate"), {"kind": "dpo", "config.eval_tasks": "10", "config.eval_base": "false"}
+    )
+    assert "evaluating the trained policy on 20 held-out episodes: 4 s" in response.content.decode()
 
 
 # --- re-run --------------------------------------------------------------------------------------------------------

@@ -19,7 +19,9 @@ from reward_models.finetune.dpo import (
     action_counts,
     balance_by_action,
     main,
+    pair_counts,
     preference_pairs,
+    row_problems,
     sequence_logprobs,
     step_trainer,
 )
@@ -297,7 +299,42 @@ def test_rows_that_are_not_conversational_pairs_are_refused_naming_the_data(tiny
     data = write_jsonl(text_rows, tmp_path / "text.jsonl")
     with pytest.raises(ConfigError) as error:
         main(make_config(tiny_policy_dir, data, tmp_path / "run", level="trajectory"))
-    assert error.value.field == "data_path" and "row 1" in str(error.value) and "conversational" in str(error.value)
+    assert error.value.field == "data_path" and "rows 1, 2:" in str(error.value)
+    assert "conversational" in str(error.value)
+
+
+def test_the_row_check_names_every_row_that_is_no_pair_and_why(episodes, tiny_policy_dir):
+    rows = preference_rows(episodes)[:8]
+    assert len(rows) == 8
+    rows[2]["prompt"] = rows[2]["prompt"][:1]  # the instruction alone: two sides that start apart
+    rows[5]["chosen"] = "left"
+    rows[6]["tie"] = True  # a tie is no problem: it is left out
+    rows[6]["chosen"] = "whatever"
+    config = config_from_dict(DPOConfig, {**TINY, "policy_path": str(tiny_policy_dir), "data_path": "x"})
+    config.level = "trajectory"
+    problems = row_problems(rows, config)
+    assert set(problems) == {3, 6}
+    assert problems[3].startswith("the prompt must end with an observation (a user message)")
+    assert "'chosen' must be a non-empty list of messages" in problems[6]
+    loaded = load_policy_model(tiny_policy_dir)
+    with pytest.raises(ConfigError) as error:  # loading the data runs the same check
+        preference_pairs(rows, loaded.tokenizer, 0, "trajectory")
+    assert str(error.value).startswith("data_path: 2 of 8 rows cannot be used: row 3: the prompt must end")
+
+
+def test_the_pair_counts_say_how_many_pairs_train_and_why_the_others_do_not(tiny_policy_dir):
+    def row(chosen: str, rejected: str, **extra) -> dict:
+        prompt = [{"role": "system", "content": "reach the goal"}, {"role": "user", "content": "A . G"}]
+        sides = [[{"role": "assistant", "content": format_decision("go", action)}] for action in (chosen, rejected)]
+        return {"prompt": prompt, "chosen": sides[0], "rejected": sides[1], **extra}
+
+    # Seven intervention pairs, lopsided as on a policy that over-uses "down": balancing keeps one cycle of two.
+    rows = [row("up", "down")] * 4 + [row("left", "down")] * 2 + [row("down", "up"), row("up", "left", tie=True)]
+    config = config_from_dict(DPOConfig, {"policy_path": str(tiny_policy_dir), "data_path": "x", "batch_size": 16})
+    counts = pair_counts(rows, config)
+    assert counts == {"rows": 8, "ties": 1, "pairs": 7, "unbalanced": 5, "used": 2, "steps": 1}
+    config.balance = "none"
+    assert pair_counts(rows, config)["used"] == 7
 
 
 @pytest.mark.parametrize(

@@ -249,7 +249,7 @@ def test_a_bad_setting_is_refused_naming_its_field(values, field):
 
 def test_rows_whose_labels_do_not_match_their_steps_are_refused_naming_the_data(rows, tiny_base_model, tmp_path):
     broken = [dict(rows[0], labels=rows[0]["labels"][:-1]), *rows[1:]]
-    with pytest.raises(ConfigError, match="data_path: row 1: labels"):
+    with pytest.raises(ConfigError, match=r"data_path: 1 of \d+ rows cannot be used: row 1: labels"):
         main(config_for(write_jsonl(broken, tmp_path / "rows.jsonl"), tiny_base_model, tmp_path / "model"))
 
 

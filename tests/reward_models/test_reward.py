@@ -313,7 +313,7 @@ def test_a_bad_setting_is_refused_naming_its_field(values, field):
 
 def test_rows_without_a_rejected_side_are_refused_naming_the_data(tiny_base_model, tmp_path):
     path = write_jsonl([{"prompt": "p", "chosen": "a", "task_id": 1}], tmp_path / "bad.jsonl")
-    with pytest.raises(ConfigError, match="row 1 has no 'rejected'") as error:
+    with pytest.raises(ConfigError, match="row 1: it has no 'rejected'") as error:
         main(make_config(path, tiny_base_model, tmp_path / "run"))
     assert error.value.field == "data_path"
 

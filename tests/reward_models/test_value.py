@@ -255,7 +255,7 @@ def test_a_judge_directory_that_does_not_exist_is_refused_naming_it(unrewarded_p
 
 def test_rows_whose_rewards_do_not_match_their_steps_are_refused_naming_the_data(rows, tiny_base_model, tmp_path):
     broken = [dict(rows[0], rewards=[1.0, *rows[0]["rewards"]]), *rows[1:]]
-    with pytest.raises(ConfigError, match="data_path: row 1: rewards"):
+    with pytest.raises(ConfigError, match=r"data_path: 1 of \d+ rows cannot be used: row 1: rewards"):
         main(config_for(write_jsonl(broken, tmp_path / "rows.jsonl"), tiny_base_model, tmp_path / "model"))
 
 
