@@ -106,6 +106,8 @@ def server_environment(database_url: str, data_dir: Path) -> dict[str, str]:
         "SECRET_KEY": secrets.token_urlsafe(40),
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "TANDEM_DATA_DIR": str(data_dir),
+        # Served like a deployment: collectstatic's hashed, compressed copies through WhiteNoise.
+        "TANDEM_COLLECTED_STATIC": "true",
         "STATIC_ROOT": str(data_dir / "static"),
         "LOG_LEVEL": "WARNING",
     }

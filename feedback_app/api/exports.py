@@ -37,7 +37,6 @@ from feedback_app.exports import (
     create_snapshot,
     export_chunks,
     open_snapshot,
-    snapshot_file,
     snapshot_format,
 )
 from feedback_app.exports.filters import parse_format, parse_kind
@@ -326,10 +325,12 @@ class SnapshotDownloadView(ThrottleAfterAccessMixin, APIView):
     )
     def get(self, request, snapshot_pk: int) -> FileResponse:
         snapshot = _get_snapshot(self, request, snapshot_pk)
-        if not snapshot_file(snapshot).is_file():
-            raise NotFound("The snapshot's file is missing from the artifact store.")
+        try:
+            stream = open_snapshot(snapshot)
+        except OSError:  # gone, or never written: the row outlived its file
+            raise NotFound("The snapshot's file is missing from the artifact store.") from None
         response = FileResponse(
-            open_snapshot(snapshot),
+            stream,
             as_attachment=True,
             filename=Path(snapshot.path).name,
             content_type=MEDIA_TYPES[snapshot_format(snapshot)],

@@ -269,11 +269,11 @@ def _parse_moment(value: Any, *, end_of_day: bool) -> dt.datetime:
     try:
         if timezone.is_naive(moment):
             moment = timezone.make_aware(moment)
-        # The database compares in UTC: a moment that does not exist there (9999-12-31T23:00-05:00) is refused.
-        moment.astimezone(dt.UTC)
+        # The database compares in UTC: a moment that does not exist there (9999-12-31T23:00-05:00) is refused, and
+        # the rest are sent in UTC (PostgreSQL refuses offsets beyond 15:59, which ISO 8601 allows up to 23:59).
+        return moment.astimezone(dt.UTC)
     except (OverflowError, ValueError):
         raise ValueError(f"{text!r} lies outside the calendar the database can store.") from None
-    return moment
 
 
 def _parse_ids(raw: list[Any], what: str) -> tuple[int, ...]:

@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 TEMPLATE_SYNTAX = re.compile(r"\{#|#\}|\{%|%\}|\{\{|\}\}")
 # No break anywhere: a name like this is what pushed pages 2,195 px wide.
-LONG = "a_very_long_name_that_never_breaks_" * 5
+LONG = "a_very_long_name_that_never_breaks_" * 3  # fits every name column (120 characters)
 SCREEN = {"width": 1280, "height": 900}
 ROLES = ("annotator", "researcher", "admin", "outsider")
 # The elements that stick out past the screen, for the failure message.
@@ -301,7 +301,8 @@ def check_page(page, watcher: Watcher, url: str, expected: int, ready: str = "")
 def test_every_page_renders_cleanly_in_every_role(settings, sweep_page_for, world, role, debug):
     settings.DEBUG = debug
     page, watcher = sweep_page_for(world.users[role])
-    pages = app_pages(world) + (admin_pages() if role == "admin" else [])
+    # The admin's own pages once, with DEBUG off: what DEBUG changes is Tandem's error handling, which they lack.
+    pages = app_pages(world) + (admin_pages() if role == "admin" and not debug else [])
     found = {}
     for entry in pages:
         expected = entry.expected(role)

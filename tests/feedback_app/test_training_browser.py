@@ -54,6 +54,7 @@ def test_a_researcher_launches_watches_and_cancels_runs_from_the_dashboard(
     page.select_option("#launch-kind", "sft")
     page.wait_for_selector('#launch-form input[name="kind"][value="sft"]', state="attached")
     assert page.input_value("#launch-snapshot") == "new"
+    page.select_option("#launch-base-policy", str(tiny_policy.pk))
     page.fill("#launch-new-snapshot-name", "demonstrations")
     fill_settings(page, {"max_steps": "6", "batch_size": "8", "eval_tasks": "8"})
     page.fill("#launch-config-name", "tiny-sft")
@@ -87,7 +88,8 @@ def test_a_researcher_launches_watches_and_cancels_runs_from_the_dashboard(
     # A long PPO run on the environment's own reward: its bar moves, then it is cancelled from its page.
     page.select_option("#launch-kind", "ppo")
     page.wait_for_selector('#launch-form input[name="kind"][value="ppo"]', state="attached")
-    page.fill("#launch-config-reward-source", "oracle")
+    page.select_option("#launch-base-policy", str(tiny_policy.pk))
+    page.select_option("#launch-config-reward-source", "oracle")
     page.fill("#launch-config-rollouts-per-step", "4")
     page.fill("#launch-config-max-turns", "4")
     page.fill("#launch-config-selection-tasks", "0")

@@ -70,6 +70,21 @@ def test_dates_at_the_calendar_edge_are_a_400_in_exports_and_snapshots(as_resear
     assert huge.status_code == 400 and "annotators" in huge.json()
 
 
+@pytest.mark.parametrize("path", ["trajectories/", "interventions/", "comparisons/"])
+@pytest.mark.parametrize(
+    ("moment", "status"),
+    [("0022-08-15T03:20:49.8+23:35", 200), ("2025-03-01T12:00-23:59", 200), ("0001-01-01T00:00:00+05:00", 400)],
+)
+def test_list_date_filters_take_any_iso_offset_and_refuse_moments_before_the_calendar(
+    as_researcher, project, path, moment, status
+):
+    # PostgreSQL refuses offsets beyond 15:59: the filters send every moment in UTC.
+    response = as_researcher.get(f"{_base(project)}/{path}", {"created_before": moment, "created_after": moment})
+    assert response.status_code == status, response.content
+    if status == 400:
+        assert "created_before" in response.json() and "created_after" in response.json()
+
+
 def test_a_lone_surrogate_in_a_json_field_is_refused_and_nothing_is_stored(as_researcher, project):
     response = as_researcher.post(f"{_base(project)}/tasks/", LONE_SURROGATE_JSON, content_type="application/json")
     assert response.status_code == 400

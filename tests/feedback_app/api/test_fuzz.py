@@ -3,14 +3,17 @@ as an annotator: no input may make a server error, and every response must match
 
 Every operation is driven with data that fits the schema and with data that does not, once against rows that exist
 (the project's own ids) and once against generated ids. The suite runs a bounded number of cases per operation
-(`TANDEM_FUZZ_EXAMPLES`, default 4); `bench/fuzz_api.py` runs the long version and writes its counts as JSON.
+(`TANDEM_FUZZ_EXAMPLES`, default 2); `bench/fuzz_api.py` runs the long version and writes its counts as JSON.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import traceback
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,13 +22,15 @@ schemathesis = pytest.importorskip("schemathesis")
 
 pytestmark = pytest.mark.django_db
 
-EXAMPLES = int(os.environ.get("TANDEM_FUZZ_EXAMPLES", "4"))
+EXAMPLES = int(os.environ.get("TANDEM_FUZZ_EXAMPLES", "2"))
 ROLES = ("researcher", "annotator")
 
 
 @pytest.fixture
-def world(project, annotator, researcher, make_trajectory, task):
-    """A project with a row of every kind the API serves, and a token for each role."""
+def world(project, annotator, researcher, make_trajectory, task, settings, tmp_path):
+    """A project with a row of every kind the API serves, and a token for each role; its files in a folder of its
+    own, so no other test's clean-up can reach them."""
+    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
     from feedback_app.exports.filters import ExportFilters
     from feedback_app.exports.snapshots import create_snapshot
     from feedback_app.models import ApiToken, Comparison, Critique, Evaluation, Rating, StepLabel, TrainingRun
@@ -135,6 +140,7 @@ def _drive(strategy, examples: int, headers: dict, label: str, report: dict) -> 
     def drive(case) -> None:
         cache.clear()  # throttle counts: the fuzzer sends far more than a client's hourly share
         report["cases"] += 1
+        logged = len(errors)
         response = case.call(headers=headers)
         report["statuses"][response.status_code] += 1
         try:
@@ -147,10 +153,32 @@ def _drive(strategy, examples: int, headers: dict, label: str, report: dict) -> 
                     "status": response.status_code,
                     "request": request[:600],
                     "failure": str(exc)[:800],
+                    "server_error": "\n".join(errors[logged:])[-1500:],
                 }
             )
 
-    drive()
+    with _server_errors() as errors:
+        drive()
+
+
+@contextmanager
+def _server_errors():
+    """The tracebacks the server logged, last lines first, so a failure names its cause and not only its status."""
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.exc_info:
+                lines = "".join(traceback.format_exception(*record.exc_info)).strip().splitlines()
+                records.append("\n".join(lines[-6:]))
+
+    handler = Keep(level=logging.ERROR)
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
 
 
 @pytest.mark.parametrize("role", ROLES)
