@@ -34,10 +34,9 @@ no noise. Pairs whose oracle returns are equal are left out (no answer is right)
 observations in between are emptied, turns kept): a long trajectory becomes ~250 tokens instead of ~1,000. Each
 decision's reasoning states the offset to the goal, so little is lost, and the reward model trains 6-10x faster on
 a CPU. The export layout is ``full``; the bench hands ``--rm_layout`` to the reward pipeline's ``layout`` setting,
-which also offers ``actions`` and ``moves`` (no reasoning; see ``reward_models.policy.turns``). The conversation
-ends at the last decision, so no layout shows where the last action led; `--final_observation` appends the
-observation it led to (a user turn) to every conversation the reward model trains on and scores, which the
-``decisions`` and ``moves`` layouts then keep as their last observation.
+which also offers ``actions`` and ``moves`` (no reasoning; see ``reward_models.policy.turns``). A conversation
+ends, as an exported trajectory's does, with the observation the last action led to, which the ``decisions`` and
+``moves`` layouts keep as their last observation.
 
 The pipelines run as Tandem runs them (`main(config)`, artifact written, loaded again with the loader) with
 ``eval_fraction=0``: the held-out figures come from this script, not from a split of the training rows. Everything
@@ -48,7 +47,6 @@ machine).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -195,8 +193,7 @@ def training_data(args: argparse.Namespace) -> dict[str, Any]:
     n_tasks = max(1, math.ceil(args.pairs / per_pair_task * 1.3))
     while True:
         episodes = scripted_episodes(n_tasks, args.per_task, noises, seed=args.seed)
-        judged = [judged_episode(episode, args) for episode in episodes]
-        rows = preference_rows(judged, beta=args.beta, epsilon=args.epsilon, seed=args.seed)
+        rows = preference_rows(episodes, beta=args.beta, epsilon=args.epsilon, seed=args.seed)
         if len(rows) >= args.pairs:
             break
         n_tasks *= 2
@@ -227,16 +224,6 @@ def training_data(args: argparse.Namespace) -> dict[str, Any]:
             "success_share": statistics.fmean(episode.success for episode in episodes),
         },
     }
-
-
-def judged_episode(episode: OracleEpisode, args: argparse.Namespace) -> OracleEpisode:
-    """The episode as the reward model reads it: with `--final_observation`, its conversation goes on to the
-    observation its last action led to."""
-    if not args.final_observation:
-        return episode
-    return dataclasses.replace(
-        episode, messages=[*episode.messages, {"role": "user", "content": episode.final_observation}]
-    )
 
 
 # --- the judges ----------------------------------------------------------------------------------------------------
@@ -284,8 +271,11 @@ def run_reward_model(
     train_wall = time.perf_counter() - started
     started = time.perf_counter()
     model = load_reward_model(config.output_dir, device=args.device)
-    judged = [judged_episode(episode, args).messages for episode in evaluation]
-    scores, _ = model.score([messages[:2] for messages in judged], [messages[2:] for messages in judged])
+    cuts = [len(episode.prompt) for episode in evaluation]
+    scores, _ = model.score(
+        [episode.messages[:cut] for episode, cut in zip(evaluation, cuts, strict=True)],
+        [episode.messages[cut:] for episode, cut in zip(evaluation, cuts, strict=True)],
+    )
     reward = {id(episode): score for episode, score in zip(evaluation, scores, strict=True)}
     pairs = judged_pairs(evaluation)
 
@@ -302,7 +292,6 @@ def run_reward_model(
     return {
         "config": {k: v for k, v in values.items()},
         "layout": args.rm_layout,
-        "final_observation": args.final_observation,
         "accuracy": figures,
         "minus_shorter_wins": margin_over_length,
         "samples_per_second": summary["samples_per_second"],
@@ -335,7 +324,7 @@ def run_prm(
     labelled = [row for row in data["stepwise"] if row["source"] == "label"]
     metrics = evaluate(scores, rows, labelled, config.threshold)
     guesses = [
-        [follows_reasoning(episode.messages[2 + 2 * step]["content"]) for step in range(len(row["labels"]))]
+        [follows_reasoning(episode.conversation.assistant(step)["content"]) for step in range(len(row["labels"]))]
         for episode, row in zip(evaluation, rows, strict=True)
     ]
     heuristic = step_metrics(guesses, [row["labels"] for row in rows])
@@ -402,8 +391,7 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"held out: {held['episodes']} episodes on {held['tasks']} eval tasks, {held['pairs']} judged pairs")
     if "rm" in result:
         rm = result["rm"]
-        reads = f"{rm['layout']} layout{', final observation' if rm['final_observation'] else ''}"
-        print(f"\nreward model ({reads}): pairwise accuracy against the oracle [95% task interval]")
+        print(f"\nreward model ({rm['layout']} layout): pairwise accuracy against the oracle [95% task interval]")
         columns = ("all", *PAIR_TYPES)
         print(f"{'':26}" + "".join(f"{name:>22}" for name in columns))
         rows = [*rm["accuracy"].items(), ("reward_model - shorter", rm["minus_shorter_wins"])]
@@ -491,11 +479,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     group = parser.add_argument_group("pipelines (JSON objects over the defaults, any field of their configs)")
     group.add_argument("--rm", default="{}", help=f"RewardConfig fields; defaults {RM_DEFAULTS}.")
     group.add_argument("--rm_layout", choices=LAYOUTS, default="decisions", help="What the reward model reads.")
-    group.add_argument(
-        "--final_observation",
-        action="store_true",
-        help="The reward model also reads where the last action led (its conversations end with that observation).",
-    )
     group.add_argument("--prm", default="{}", help=f"PRMConfig fields; defaults {PRM_DEFAULTS}.")
     group.add_argument("--value", default="{}", help=f"ValueConfig fields; defaults {VALUE_DEFAULTS}.")
     args = parser.parse_args(argv)

@@ -578,7 +578,11 @@ def oracle_accuracy(model_dir: str, pairs: list[tuple[Any, Any]]) -> dict[str, f
 
     model = load_reward_model(model_dir, device="cpu")
     episodes = [episode for pair in pairs for episode in pair]
-    rewards, _ = model.score([e.messages[:2] for e in episodes], [e.messages[2:] for e in episodes])
+    cuts = [len(e.prompt) for e in episodes]
+    rewards, _ = model.score(
+        [e.messages[:cut] for e, cut in zip(episodes, cuts, strict=True)],
+        [e.messages[cut:] for e, cut in zip(episodes, cuts, strict=True)],
+    )
     return accuracy_by_type(pairs, [rewards[2 * i] > rewards[2 * i + 1] for i in range(len(pairs))])
 
 

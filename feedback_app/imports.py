@@ -25,7 +25,12 @@ from django.db import connection, transaction
 
 from feedback_app.models import Comparison, PolicyVersion, Project, Step, Task, Trajectory
 from feedback_app.models.trajectories import PolicyKind, TrajectorySource
-from feedback_app.serializers import PreferenceImportSerializer, TrajectoryImportSerializer, trajectory_size_problem
+from feedback_app.serializers import (
+    PreferenceImportSerializer,
+    TrajectoryImportSerializer,
+    trajectory_size_problem,
+    turns_for_steps,
+)
 from feedback_app.text_checks import json_problem
 
 MAX_REPORTED_ERRORS = 100
@@ -472,8 +477,12 @@ def plain_trajectory_row(row: dict) -> dict | None:
     if type(metadata) is not dict:
         return None
     out["metadata"] = dict(metadata)
+    if "tools" in row:
+        return None  # the serializer checks them
+    out["tools"] = []
     if trajectory_size_problem(out["steps"]):
         return None  # the serializer words the error
+    out["prompt"] = turns_for_steps(out["task"]["instruction"], out["steps"])
     return out
 
 
@@ -511,6 +520,8 @@ class TrajectoryRows(_RowKind):
                 success=(row.get("outcome") or {}).get("success"),
                 outcome_return=(row.get("outcome") or {}).get("outcome_return"),
                 metadata=row["metadata"],
+                prompt=row["prompt"],
+                tools=row["tools"],
             )
             for row, task in zip(new_rows, tasks, strict=True)
         ]
@@ -539,6 +550,8 @@ def _store_trajectories(trajectories: list[Trajectory], steps_of: list[list[dict
         (
             trajectory.pk,
             index,
+            json_text(step["message"]),
+            json_text(step["replies"]),
             step["observation"],
             step["reasoning"],
             step["action"],
@@ -557,6 +570,8 @@ def _store_trajectories(trajectories: list[Trajectory], steps_of: list[list[dict
 STEP_FIELDS = (
     "trajectory",
     "index",
+    "message",
+    "replies",
     "observation",
     "reasoning",
     "action",
@@ -752,6 +767,7 @@ class PreferenceRows(_RowKind):
                         external_id=f"{row['base_id']}:{side}",
                         num_steps=len(row[f"{side}_steps"]),
                         metadata=metadata,
+                        prompt=row[f"{side}_prompt"],
                     )
                 )
                 steps_of.append(row[f"{side}_steps"])

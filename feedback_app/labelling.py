@@ -36,6 +36,8 @@ from feedback_app.models import (
 from feedback_app.models.labels import ComparisonChoice, LabelBase, SpanField, StaleRevision, StepLabelValue
 from feedback_app.models.queue import AssignmentStatus
 from feedback_app.rows import Rows, fetch_one
+from reward_models.conversation import message_tool_calls
+from reward_models.envs.base import describe_message, message_action
 
 
 @cache
@@ -327,20 +329,23 @@ def intervene(
     trajectory: Trajectory,
     *,
     step_index: int,
-    corrected_action: str,
+    corrected_action: str = "",
     corrected_reasoning: str = "",
-    takeover_actions: list[str] | None = None,
+    corrected_message: dict | None = None,
+    takeover_actions: list | None = None,
     reason: str = "",
     assignment: Assignment | None = None,
     client_token: uuid.UUID | None = None,
     seconds_spent: float | None = None,
 ) -> Stored:
-    """Replace the action at `step_index` (and play `takeover_actions` after it), then let the policy continue.
+    """Replace the agent's turn at `step_index` (and play the takeover turns after it), then let the policy continue.
 
-    The correction is checked against the environment before anything is stored; the continuation runs on the
-    rollouts queue once the transaction commits.
+    The correction is an assistant message (`corrected_message`: an edited tool call, or free text), or an action
+    picked from the environment's legal ones (`corrected_action`, with the annotator's `corrected_reasoning`), which
+    the environment writes as its agents do; takeover turns are either. It is checked against the environment before
+    anything is stored; the continuation runs on the rollouts queue once the transaction commits.
     """
-    from feedback_app.interventions import validate_correction
+    from feedback_app.interventions import turn_message, validate_correction
     from training.tasks import continue_intervention
 
     _check_trajectory_label(user, trajectory, LabelKind.INTERVENTION, assignment)
@@ -348,16 +353,26 @@ def intervene(
         return Stored(earlier, False)
     step = _step(trajectory, step_index)
     corrected_action = corrected_action.strip()
-    takeover_actions = [action.strip() for action in (takeover_actions or []) if action.strip()]
-    if not corrected_action:
+    takeover = [turn.strip() if isinstance(turn, str) else turn for turn in (takeover_actions or [])]
+    takeover = [turn for turn in takeover if turn]
+    if corrected_message is None and not corrected_action:
         raise ValidationError({"corrected_action": "Write or pick the corrected action."})
-    if corrected_action == step.action.strip() and not takeover_actions:
+    env = trajectory.project.environment.load()
+    corrected = (
+        corrected_message
+        if corrected_message is not None
+        else turn_message(env, corrected_action, corrected_reasoning.strip())
+    )
+    takeover_messages = [turn_message(env, turn) for turn in takeover]
+    if message_action(env, corrected) == message_action(env, step.message) and not takeover_messages:
         raise ValidationError({"corrected_action": "This is the action the policy took; choose a different one."})
-    validate_correction(trajectory, step.index, corrected_action, takeover_actions)
+    validate_correction(trajectory, step.index, corrected, takeover_messages)
+    reasoning, action = describe_message(env, corrected, message_tool_calls(corrected))
     values = {
-        "corrected_action": corrected_action,
-        "corrected_reasoning": corrected_reasoning.strip(),
-        "takeover_actions": takeover_actions,
+        "corrected_message": corrected,
+        "corrected_action": action or corrected_action,
+        "corrected_reasoning": corrected_reasoning.strip() if corrected_message is None else reasoning,
+        "takeover_actions": takeover,
         "reason": reason.strip(),
     }
     stored = _store(
@@ -371,6 +386,7 @@ def intervene(
             assignment=assignment,
             trajectory=trajectory,
             step=step,
+            original_message=step.message,
             original_action=step.action,
             original_reasoning=step.reasoning,
             client_token=client_token,

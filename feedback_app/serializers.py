@@ -7,6 +7,9 @@ import json
 
 from rest_framework import serializers
 
+from reward_models.conversation import assistant_text, message_tool_calls, reply_text, split_conversation
+from reward_models.policy.turns import format_decision
+
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -81,10 +84,14 @@ class OutcomeSerializer(serializers.Serializer):
 
 
 class TrajectoryImportSerializer(serializers.Serializer):
-    """One trajectory: either `steps`, or chat-style `messages` as agent frameworks write them.
+    """One trajectory: either `steps`, or chat-style `messages` as agent frameworks write them (OpenAI's shape:
+    system, user, assistant with `tool_calls`, tool).
 
-    With `messages`, each assistant message becomes a step whose observation is the user and tool messages since
-    the previous one; a leading system message becomes the task's instruction unless `task.instruction` is given.
+    `messages` are stored verbatim (`reward_models.conversation`): the messages before the first assistant message
+    are the prompt, each assistant message starts a step, and the messages after it up to the next are its replies;
+    every export gives them back as they came. A leading system message becomes the task's instruction unless
+    `task.instruction` is given. `tools` are the tool schemas the agent was offered (OpenAI's
+    ``{"type": "function", "function": {...}}``); exports hand them to chat templates.
     """
 
     external_id = serializers.CharField(max_length=255)
@@ -92,20 +99,31 @@ class TrajectoryImportSerializer(serializers.Serializer):
     policy = serializers.CharField(required=False, max_length=120, help_text="Policy version name; made if new.")
     source = serializers.ChoiceField(choices=["import", "human"], default="import")
     steps = StepSerializer(many=True, required=False)
-    messages = MessageSerializer(many=True, required=False)
+    messages = serializers.JSONField(
+        required=False, help_text="Chat messages in OpenAI's shape (see MessageSerializer), stored verbatim."
+    )
+    tools = serializers.JSONField(required=False, help_text="The tool schemas the agent was offered.")
     outcome = OutcomeSerializer(required=False)
     metadata = serializers.DictField(required=False, default=dict)
+
+    def validate_messages(self, value) -> list[dict]:
+        return checked_messages(value)
+
+    def validate_tools(self, value) -> list[dict]:
+        return checked_tools(value)
 
     def validate(self, attrs: dict) -> dict:
         has_steps, has_messages = "steps" in attrs, "messages" in attrs
         if has_steps == has_messages:
             raise serializers.ValidationError({"steps": "Give exactly one of `steps` or `messages`."})
         if has_messages:
-            attrs["steps"], instruction, trailing = messages_to_steps(attrs.pop("messages"))
+            attrs["prompt"], attrs["steps"] = steps_from_messages(attrs.pop("messages"))
+            instruction = "\n".join(m.get("content") or "" for m in attrs["prompt"] if m.get("role") == "system")
             if instruction and not attrs["task"].get("instruction"):
                 attrs["task"]["instruction"] = instruction
-            if trailing:
-                attrs["metadata"] = {**attrs["metadata"], "final_observation": trailing}
+        elif attrs["steps"]:
+            attrs["prompt"] = turns_for_steps(attrs["task"].get("instruction", ""), attrs["steps"])
+        attrs.setdefault("tools", [])
         if not attrs["steps"]:
             raise serializers.ValidationError({"steps": "A trajectory needs at least one step."})
         too_large = trajectory_size_problem(attrs["steps"])
@@ -115,6 +133,107 @@ class TrajectoryImportSerializer(serializers.Serializer):
         if not task.get("external_id") and task.get("seed") is None and not task.get("instruction"):
             raise serializers.ValidationError({"task": "Identify the task by external_id or seed, or give its text."})
         return attrs
+
+
+def checked_messages(value) -> list[dict]:
+    """`value` if it is a list of chat messages in OpenAI's shape (roles, text or null content, tool calls with a
+    function name and arguments); a ValidationError naming the message and its field otherwise. The messages are not
+    changed: they are stored as they came."""
+    if not isinstance(value, list) or not value:
+        raise serializers.ValidationError("Must be a non-empty list of chat messages.")
+    errors: list = []
+    for message in value:
+        checked = MessageSerializer(data=message)
+        if not isinstance(message, dict):
+            errors.append(["Must be a chat message (an object with a role)."])
+        elif not checked.is_valid():
+            errors.append(checked.errors)
+        elif message["role"] == "assistant" and not (message.get("content") or message.get("tool_calls")):
+            errors.append({"content": ["An assistant message needs content or tool calls."]})
+        else:
+            errors.append({})
+    if any(errors):
+        raise serializers.ValidationError(errors)
+    return [_openai_calls(message) for message in value]
+
+
+def _openai_calls(message: dict) -> dict:
+    """The message as it came, except that tool calls in Tandem's flat form ({name, arguments}) are written in
+    OpenAI's shape, which chat templates read; OpenAI-shaped messages are kept exactly."""
+    calls = message.get("tool_calls")
+    if not calls or all("function" in call for call in calls):
+        return message
+    written = [call if "function" in call else openai_tool_call(call, number) for number, call in enumerate(calls)]
+    return {**message, "tool_calls": written}
+
+
+def checked_tools(value) -> list[dict]:
+    if not isinstance(value, list) or not all(
+        isinstance(tool, dict) and isinstance(tool.get("function"), dict) and tool["function"].get("name")
+        for tool in value
+    ):
+        raise serializers.ValidationError(
+            'Must be a list of tool schemas: {"type": "function", "function": {"name": ..., "parameters": {...}}}.'
+        )
+    return value
+
+
+def steps_from_messages(messages: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The prompt and the step rows of a verbatim transcript (`reward_models.conversation.split_conversation`), each
+    step with its turn as the annotator pages show it."""
+    prompt, turns = split_conversation(messages)
+    seen = [message for message in prompt if message.get("role") != "system"]
+    steps = []
+    for turn in turns:
+        calls = message_tool_calls(turn.message)
+        content = turn.message.get("content") or ""
+        if not isinstance(content, str):  # content parts: text and images
+            content = json.dumps(content, ensure_ascii=False)
+        steps.append(
+            {
+                "observation": reply_text(seen),
+                "reasoning": turn.message.get("reasoning_content") or (content if calls else ""),
+                "action": assistant_text({"tool_calls": calls}) if calls else content,
+                "tool_calls": calls,
+                "reward": 0.0,
+                "logprob": None,
+                "media": [],
+                "done": False,
+                "message": turn.message,
+                "replies": list(turn.replies),
+            }
+        )
+        seen = list(turn.replies)
+    return prompt, steps
+
+
+def turns_for_steps(instruction: str, steps: list[dict]) -> list[dict]:
+    """Each of Tandem's step rows as a verbatim turn, and the trajectory's prompt: the turn is the
+    ``<reasoning> ; action <action>`` text Tandem's text policies write (the reasoning alone when only tool calls
+    act), with its tool calls in OpenAI's shape; the reply is the next step's observation."""
+    for index, step in enumerate(steps):
+        content = format_decision(step["reasoning"], step["action"]) if step["action"] else step["reasoning"]
+        message = {"role": "assistant", "content": content}
+        if step["tool_calls"]:
+            message["tool_calls"] = [openai_tool_call(call, number) for number, call in enumerate(step["tool_calls"])]
+        step["message"] = message
+        step["tool_calls"] = message.get("tool_calls", [])
+        following = steps[index + 1]["observation"] if index + 1 < len(steps) else None
+        step["replies"] = [{"role": "user", "content": following}] if following is not None else []
+    return [{"role": "system", "content": instruction}, {"role": "user", "content": steps[0]["observation"]}]
+
+
+def openai_tool_call(call: dict, number: int) -> dict:
+    """A tool call in OpenAI's shape: id, type, function with its name and its arguments as JSON text."""
+    arguments = call.get("arguments", {})
+    return {
+        "id": call.get("id") or f"call_{number}",
+        "type": call.get("type") or "function",
+        "function": {
+            "name": call["name"],
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False),
+        },
+    }
 
 
 def trajectory_size_problem(steps: list[dict]) -> str | None:
@@ -139,38 +258,6 @@ def trajectory_size_problem(steps: list[dict]) -> str | None:
             "(TANDEM_MAX_TRAJECTORY_BYTES)"
         )
     return None
-
-
-def messages_to_steps(messages: list[dict]) -> tuple[list[dict], str, str]:
-    """Turn a chat transcript into (steps, system instruction, observation left after the last assistant turn)."""
-    steps: list[dict] = []
-    instruction_parts: list[str] = []
-    pending: list[str] = []
-    for message in messages:
-        content = message.get("content") or ""
-        role = message["role"]
-        if role == "system" and not steps and not pending:
-            instruction_parts.append(content)
-        elif role in ("user", "tool", "system"):
-            pending.append(f"[{message['name']}] {content}" if message.get("name") else content)
-        else:
-            steps.append(
-                {
-                    "observation": "\n".join(pending),
-                    "reasoning": message.get("reasoning_content", ""),
-                    "action": content,
-                    "tool_calls": message.get("tool_calls", []),
-                    "reward": 0.0,
-                    "logprob": None,
-                    "media": [],
-                    "done": False,
-                }
-            )
-            pending = []
-    for step in steps:
-        if not step["action"] and not step["tool_calls"]:
-            raise serializers.ValidationError({"messages": "An assistant message needs content or tool calls."})
-    return steps, "\n".join(instruction_parts), "\n".join(pending)
 
 
 class PreferenceImportSerializer(serializers.Serializer):
@@ -207,18 +294,12 @@ class PreferenceImportSerializer(serializers.Serializer):
                 attrs["chosen"], attrs["rejected"]
             )
         prompt = _as_messages(attrs["prompt"], "prompt", "user")
-        instruction = "\n\n".join(message["content"] for message in prompt if message.get("content"))
+        instruction = "\n\n".join(m["content"] for m in prompt if isinstance(m.get("content"), str) and m["content"])
         for side in ("chosen", "rejected"):
             answer = _as_messages(attrs[side], side, "assistant")
-            try:
-                steps, _, trailing = messages_to_steps([*prompt, *answer])
-            except serializers.ValidationError as exc:
-                raise serializers.ValidationError({side: exc.detail["messages"]}) from None
-            if not steps:
+            if not any(message.get("role") == "assistant" for message in answer):
                 raise serializers.ValidationError({side: "The answer needs at least one assistant message."})
-            if trailing:
-                raise serializers.ValidationError({side: "The answer must end with an assistant message."})
-            attrs[f"{side}_steps"] = steps
+            attrs[f"{side}_prompt"], attrs[f"{side}_steps"] = steps_from_messages([*prompt, *answer])
         prompt_key = json.dumps(attrs["prompt"], sort_keys=True, ensure_ascii=False)
         attrs["task"] = {
             "external_id": "prompt-" + hashlib.sha256(prompt_key.encode()).hexdigest()[:40],
@@ -232,13 +313,11 @@ def _as_messages(value, name: str, role: str) -> list[dict]:
     if isinstance(value, str):
         if not value.strip():
             raise serializers.ValidationError({name: "Must not be empty."})
-        return [{"role": role, "content": value, "tool_calls": []}]
-    if not isinstance(value, list) or not value:
-        raise serializers.ValidationError({name: "Must be a string or a non-empty list of chat messages."})
-    messages = MessageSerializer(data=value, many=True)
-    if not messages.is_valid():
-        raise serializers.ValidationError({name: messages.errors})
-    return messages.validated_data
+        return [{"role": role, "content": value}]
+    try:
+        return checked_messages(value)
+    except serializers.ValidationError as exc:
+        raise serializers.ValidationError({name: exc.detail}) from None
 
 
 def _split_shared_prompt(chosen: list, rejected: list) -> tuple[list, list, list]:

@@ -463,6 +463,15 @@ def split_by_task(
     return train, evaluation
 
 
+def row_tools(row: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The tool schemas a conversational row offers the agent (its ``tools`` column: a list in JSONL, JSON text in
+    Parquet), in the form ``apply_chat_template(..., tools=...)`` takes them: None when it offers none."""
+    tools = row.get("tools")
+    if isinstance(tools, str):
+        tools = json.loads(tools) if tools else None
+    return list(tools) if tools else None
+
+
 def message_text(messages: str | Sequence[Mapping[str, str]]) -> str:
     """Conversational turns as the ``Role: content`` transcript (`reward_models.policy.turns.transcript`, the form of
     the exports' `text` style and of prompts for models without a chat template); plain text is returned as it is."""

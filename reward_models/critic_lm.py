@@ -5,14 +5,14 @@ It trains on Tandem's `critiques` export: ``prompt`` asks for a critique of a tr
 with ``style=text``) and ``completion`` is the annotator's critique (an assistant message list, or text). The loss is
 on the critique's tokens only (TRL's ``completion_only_loss``), ending at EOS so the critic learns to stop.
 
-- Encoding: conversational rows go through the tokenizer's chat template exactly as TRL's prompt-completion
-  preparation does (the prompt with the generation prompt; the completion is what prompt + completion adds); a
-  tokenizer without a chat template gets the ``Role: content`` transcript (`turns.render_prompt`). We tokenise
-  ourselves and hand `SFTTrainer` ``input_ids`` + ``completion_mask``, for one reason: length. TRL keeps the start of
-  an over-long example, which cuts the critique off (or drops the example when the prompt alone is too long); here
-  the critique is kept and the transcript is cut in the middle, keeping the task and first observation and the steps
-  nearest the request. `critique()` prompts the model through the same function, so training and use see the same
-  text.
+- Encoding: conversational rows go through the tokenizer's chat template (with the row's ``tools``, where it has any)
+  exactly as TRL's prompt-completion preparation does (the prompt with the generation prompt; the completion is what
+  prompt + completion adds); a tokenizer without a chat template gets the ``Role: content`` transcript
+  (`turns.render_prompt`). We tokenise ourselves and hand `SFTTrainer` ``input_ids`` + ``completion_mask``, for one
+  reason: length. TRL keeps the start of an over-long example, which cuts the critique off (or drops the example when
+  the prompt alone is too long); here the critique is kept and the transcript is cut in the middle, keeping the task
+  and first observation and the steps nearest the request. `critique()` prompts the model through the same function,
+  so training and use see the same text.
 - LoRA (``use_lora``, through peft) trains adapters on the attention projections only; the adapters are MERGED into
   the saved weights, so the artifact is an ordinary causal-LM directory either way (transformers, vLLM or
   `load_generative_critic` load it with nothing else).
@@ -69,6 +69,7 @@ from reward_models.common import (
     read_rows,
     require,
     resolve_precision,
+    row_tools,
     rows_error,
     split_by_task,
     trained_model,
@@ -83,7 +84,8 @@ if TYPE_CHECKING:
 
 KIND = "generative_critic"
 
-Prompt = str | Sequence[Mapping[str, str]]
+Prompt = str | Sequence[Mapping[str, Any]]
+Tools = Sequence[dict[str, Any]] | None
 
 
 @dataclass
@@ -119,29 +121,36 @@ class CriticConfig(JudgeConfig):
 # --- encoding ----------------------------------------------------------------------------------------------------
 
 
-def completion_text(completion: str | Sequence[Mapping[str, str]]) -> str:
+def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
     """The critique itself: a text completion as it is, a message list as its messages' contents."""
     if isinstance(completion, str):
         return completion
     return "\n".join(message["content"] for message in completion)
 
 
-def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: Prompt) -> list[int]:
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, tools: Tools = None) -> list[int]:
     """The prompt's tokens, ending where the critique starts: a message list through the chat template with the
-    generation prompt (or, without a template, the ``Role: content`` transcript ending in ``Assistant:``), text as
-    the tokenizer reads it."""
+    generation prompt and `tools` (or, without a template, the ``Role: content`` transcript ending in
+    ``Assistant:``), text as the tokenizer reads it."""
     if isinstance(prompt, str):
         return list(tokenizer(prompt)["input_ids"])
     if tokenizer.chat_template:
         encoded = tokenizer.apply_chat_template(
-            list(prompt), add_generation_prompt=True, tokenize=True, return_dict=True
+            list(prompt),
+            tools=list(tools) if tools else None,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
         )
         return list(encoded["input_ids"])
     return list(tokenizer(render_prompt(tokenizer, prompt))["input_ids"])
 
 
 def encode_example(
-    tokenizer: PreTrainedTokenizerBase, prompt: Prompt, completion: str | Sequence[Mapping[str, str]]
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    completion: str | Sequence[Mapping[str, Any]],
+    tools: Tools = None,
 ) -> tuple[list[int], list[int]]:
     """(prompt tokens, critique tokens) of one training row, as TRL's prompt-completion preparation tokenises it:
     the critique is what prompt + completion adds to the prompt (their common prefix is the prompt), and ends in EOS
@@ -160,8 +169,11 @@ def encode_example(
         head = list(tokenizer(prompt_text)["input_ids"])
     else:
         messages = [{"role": "assistant", "content": completion}] if isinstance(completion, str) else list(completion)
-        head = prompt_ids(tokenizer, prompt)
-        full = list(tokenizer.apply_chat_template([*prompt, *messages], tokenize=True, return_dict=True)["input_ids"])
+        head = prompt_ids(tokenizer, prompt, tools)
+        encoded = tokenizer.apply_chat_template(
+            [*prompt, *messages], tools=list(tools) if tools else None, tokenize=True, return_dict=True
+        )
+        full = list(encoded["input_ids"])
     shared = 0
     for a, b in zip(head, full, strict=False):
         if a != b:
@@ -204,7 +216,7 @@ class _Examples:
 def _encode_rows(tokenizer: PreTrainedTokenizerBase, rows: list[dict[str, Any]], max_length: int) -> _Examples:
     input_ids, masks, truncated = [], [], 0
     for row in rows:
-        prompt, critique = encode_example(tokenizer, row["prompt"], row["completion"])
+        prompt, critique = encode_example(tokenizer, row["prompt"], row["completion"], row_tools(row))
         fitted_prompt, fitted_critique = fit_example(prompt, critique, max_length)
         truncated += (len(fitted_prompt), len(fitted_critique)) != (len(prompt), len(critique))
         input_ids.append(fitted_prompt + fitted_critique)
@@ -268,8 +280,10 @@ class GenerativeCritic:
         temperature: float = 1.0,
         max_new_tokens: int | None = None,
         seed: int = 0,
+        tools: Sequence[Tools] = (),
     ) -> list[str]:
-        """Critiques of several prompts, generated a batch at a time (left-padded)."""
+        """Critiques of several prompts (with `tools`, one list of tool schemas or None per prompt, for the chat
+        template), generated a batch at a time (left-padded)."""
         import torch
         from transformers import GenerationConfig
 
@@ -277,7 +291,11 @@ class GenerativeCritic:
             raise ValueError(f"temperature must be positive when sampling, got {temperature}")
         new_tokens = max_new_tokens or self.max_new_tokens
         budget = max(self.max_length - new_tokens, 1)
-        encoded = [fit_prompt(prompt_ids(self.tokenizer, prompt), budget) for prompt in prompts]
+        offered = list(tools) or [None] * len(prompts)
+        encoded = [
+            fit_prompt(prompt_ids(self.tokenizer, prompt, prompt_tools), budget)
+            for prompt, prompt_tools in zip(prompts, offered, strict=True)
+        ]
         pad_id = self.tokenizer.pad_token_id
         if pad_id is None:
             pad_id = self.tokenizer.eos_token_id
@@ -460,7 +478,7 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
         batch_size=config.batch_size,
     )
     shown = _sample_rows(eval_rows, config.num_samples)
-    generated = critic.critiques([row["prompt"] for row in shown])
+    generated = critic.critiques([row["prompt"] for row in shown], tools=[row_tools(row) for row in shown])
     samples = [
         {
             "prompt": message_text(row["prompt"]),

@@ -13,6 +13,12 @@ tested, benchmarked and held against the oracle without a database:
 - `returns_rows`: the environment's per-step rewards, for the value critic.
 - `critique_rows`: template critiques that name the first wrong step.
 
+An episode is a conversation as `reward_models.conversation` builds one (the environment's prompt, then each step's
+assistant message and the observation that came back, the final one included), and every row is cut from it the way
+the exports cut a trajectory's conversation: preference and unpaired rows split it after the prompt, step rows before
+a step's assistant message, stepwise rows after each step's assistant message. Conversational rows carry the
+``tools`` column (none for the gridworld).
+
 The demonstrator is the bootstrap's: its reasoning states the true offset to the goal, and its action is a
 shortest-path move except that, with probability ``noise``, it is uniformly random. Mixing noise levels gives
 successes and failures of every length on the same task.
@@ -29,10 +35,11 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from reward_models.envs.base import training_seeds
-from reward_models.envs.gridworld import ACTIONS, INSTRUCTION, GridWorld
+from reward_models.conversation import Conversation, Message, StepTurn, build_conversation
+from reward_models.envs.base import prompt_messages, reply_messages, training_seeds
+from reward_models.envs.gridworld import ACTIONS, GridWorld
 from reward_models.policy.bootstrap import goal_reasoning
-from reward_models.policy.turns import Message, format_decision, parse_decision, text_pair, text_steps, transcript
+from reward_models.policy.turns import message_steps, parse_decision, text_pair, text_steps, transcript
 
 PAIR_TYPES = ("both_succeeded", "one_succeeded", "both_failed")
 CRITIQUE_REQUEST = "Critique this trajectory."
@@ -42,14 +49,14 @@ MARGIN_BY_DIFFERENCE = ((0.5, 1.0), (0.2, 0.5), (0.0, 0.0))
 
 @dataclass
 class OracleEpisode:
-    """One scripted episode and everything the oracle knows about it. `messages` is the trajectory conversation of
-    the exports: the instruction, then each step's observation (user) and decision (assistant); it ends at the last
-    decision, and `final_observation` is where that decision led."""
+    """One scripted episode and everything the oracle knows about it. `conversation` is the trajectory as the
+    exports read it: the prompt (the instruction and the first observation), then each step's decision (assistant)
+    and the observation it led to (user), the last one `final_observation`."""
 
     trajectory_id: int
     task_id: int
     noise: float
-    messages: list[Message]
+    conversation: Conversation
     actions: list[str]
     rewards: list[float]
     success: bool
@@ -59,8 +66,20 @@ class OracleEpisode:
     final_observation: str = ""
 
     @property
+    def messages(self) -> list[Message]:
+        return self.conversation.messages
+
+    @property
+    def prompt(self) -> list[Message]:
+        return self.conversation.prompt
+
+    @property
     def first_error(self) -> int | None:
         return next((index for index, correct in enumerate(self.step_correct) if not correct), None)
+
+    def observation(self, step: int) -> str:
+        """What the agent saw when it took step `step`."""
+        return self.messages[self.conversation.step_starts[step] - 1]["content"]
 
 
 def scripted_episodes(
@@ -84,14 +103,15 @@ def scripted_episodes(
         for _ in range(per_task):
             noise = rng.choice(list(noises))
             observation = env.reset(task)
-            messages: list[Message] = [{"role": "system", "content": INSTRUCTION}]
+            prompt = prompt_messages(env, task, observation)
+            steps: list[StepTurn] = []
             actions, rewards, done = [], [], False
             while not done:
                 best = oracle.best_actions(actions)
                 action = rng.choice(ACTIONS) if rng.random() < noise or not best else rng.choice(best)
-                messages.append({"role": "user", "content": observation})
-                messages.append({"role": "assistant", "content": format_decision(goal_reasoning(observation), action)})
+                message = env.message_for_action(action, goal_reasoning(observation))
                 result = env.step(action)
+                steps.append(StepTurn(message, reply_messages(result)))
                 actions.append(action)
                 rewards.append(result.reward)
                 observation, done = result.observation, result.done
@@ -100,7 +120,7 @@ def scripted_episodes(
                     trajectory_id=len(episodes) + 1,
                     task_id=task_seed,
                     noise=noise,
-                    messages=messages,
+                    conversation=build_conversation(prompt, steps),
                     actions=actions,
                     rewards=rewards,
                     success=oracle.success(actions),
@@ -158,7 +178,8 @@ def preference_rows(
                 a_wins = not a_wins
             chosen, rejected = (a, b) if a_wins else (b, a)
         margin = 0.0 if tie else next(m for bound, m in MARGIN_BY_DIFFERENCE if abs(difference) > bound)
-        prompt, chosen_part, rejected_part = chosen.messages[:2], chosen.messages[2:], rejected.messages[2:]
+        cut = chosen.conversation.prompt_length
+        prompt, chosen_part, rejected_part = chosen.messages[:cut], chosen.messages[cut:], rejected.messages[cut:]
         if style == "text":
             prompt_text, chosen_part = text_pair(prompt, chosen_part)
             _, rejected_part = text_pair(prompt, rejected_part)
@@ -179,24 +200,40 @@ def preference_rows(
                 "tie": tie,
                 "pair_type": pair_type(a, b),
                 "oracle_preferred": chosen.score > rejected.score,
+                **_tools(style),
             }
         )
     return rows
 
 
-def stepwise_rows(episodes: Sequence[OracleEpisode], *, epsilon: float = 0.0, seed: int = 0) -> list[dict[str, Any]]:
+def _tools(style: str) -> dict[str, Any]:
+    """The ``tools`` column of a conversational row: the gridworld offers none."""
+    return {"tools": []} if style == "conversational" else {}
+
+
+def episode_steps(episode: OracleEpisode, style: str) -> tuple[Any, list[Any]]:
+    """The prompt and one piece per step of an episode, as the stepwise and returns exports lay them out:
+    conversational (`turns.message_steps`) or text (`turns.text_steps`)."""
+    if style not in ("conversational", "text"):
+        raise ValueError(f"style must be 'conversational' or 'text', got {style!r}")
+    return message_steps(episode.messages) if style == "conversational" else text_steps(episode.messages)
+
+
+def stepwise_rows(
+    episodes: Sequence[OracleEpisode], *, epsilon: float = 0.0, seed: int = 0, style: str = "conversational"
+) -> list[dict[str, Any]]:
     """One row per episode: every step labelled by the oracle's correctness, each label flipped with probability
     `epsilon`. Rows carry `oracle_labels` (the unflipped truth) for evaluation."""
     rng = random.Random(seed)
     rows = []
     for episode in episodes:
-        prompt, pieces = text_steps(episode.messages)
+        prompt, pieces = episode_steps(episode, style)
         labels = [correct != (rng.random() < epsilon) for correct in episode.step_correct]
-        rows.append(_stepwise_row(episode, prompt, pieces, labels, "label"))
+        rows.append(_stepwise_row(episode, prompt, pieces, labels, "label", style))
     return rows
 
 
-def intervention_rows(episodes: Sequence[OracleEpisode]) -> list[dict[str, Any]]:
+def intervention_rows(episodes: Sequence[OracleEpisode], *, style: str = "conversational") -> list[dict[str, Any]]:
     """The step labels an intervention at each episode's first wrong step implies (RLIF): the steps before it
     accepted, the intervened step rejected. Episodes without a wrong step give none."""
     rows = []
@@ -204,14 +241,14 @@ def intervention_rows(episodes: Sequence[OracleEpisode]) -> list[dict[str, Any]]
         error = episode.first_error
         if error is None:
             continue
-        prompt, pieces = text_steps(episode.messages)
+        prompt, pieces = episode_steps(episode, style)
         labels = [True] * error + [False]
-        rows.append(_stepwise_row(episode, prompt, pieces[: error + 1], labels, "intervention"))
+        rows.append(_stepwise_row(episode, prompt, pieces[: error + 1], labels, "intervention", style))
     return rows
 
 
 def _stepwise_row(
-    episode: OracleEpisode, prompt: str, pieces: list[str], labels: list[bool], source: str
+    episode: OracleEpisode, prompt: Any, pieces: list[Any], labels: list[bool], source: str, style: str
 ) -> dict[str, Any]:
     return {
         "prompt": prompt,
@@ -225,15 +262,19 @@ def _stepwise_row(
         "task_id": episode.task_id,
         "source": source,
         "oracle_labels": episode.step_correct[: len(pieces)],
+        **_tools(style),
     }
 
 
-def returns_rows(episodes: Sequence[OracleEpisode], *, with_rewards: bool = True) -> list[dict[str, Any]]:
+def returns_rows(
+    episodes: Sequence[OracleEpisode], *, with_rewards: bool = True, style: str = "text"
+) -> list[dict[str, Any]]:
     """One row per episode with the environment's per-step rewards (or, with `with_rewards` False, null rewards
-    and outcome, as for trajectories imported without them)."""
+    and outcome, as for trajectories imported without them). The returns export writes text; ``style=
+    "conversational"`` lays the steps out as the stepwise export's conversational rows do."""
     rows = []
     for episode in episodes:
-        prompt, pieces = text_steps(episode.messages)
+        prompt, pieces = episode_steps(episode, style)
         rows.append(
             {
                 "prompt": prompt,
@@ -243,6 +284,7 @@ def returns_rows(episodes: Sequence[OracleEpisode], *, with_rewards: bool = True
                 "trajectory_id": episode.trajectory_id,
                 "task_id": episode.task_id,
                 "policy_version_id": None,
+                **_tools(style),
             }
         )
     return rows
@@ -381,16 +423,12 @@ def policy_episodes(
     episodes = []
     for number, episode in enumerate(rolled, start=1):
         oracle = env.oracle(episode.task)
-        messages: list[Message] = [{"role": "system", "content": episode.task["instruction"]}]
-        for step in episode.steps:
-            messages.append({"role": "user", "content": step.observation})
-            messages.append({"role": "assistant", "content": step.text})
         episodes.append(
             OracleEpisode(
                 trajectory_id=number,
                 task_id=episode.task["seed"],
                 noise=-1.0,
-                messages=messages,
+                conversation=episode.conversation(),
                 actions=episode.actions,
                 rewards=[step.reward for step in episode.steps],
                 success=oracle.success(episode.actions),
@@ -403,20 +441,19 @@ def policy_episodes(
     return episodes
 
 
-def oracle_correction(episode: OracleEpisode, step: int, rng: random.Random) -> str:
-    """The assistant text an oracle annotator writes when correcting `step`: the demonstrator's reasoning for that
-    step's observation and one of the shortest-path moves from there (drawn with `rng` when several are)."""
+def oracle_correction(episode: OracleEpisode, step: int, rng: random.Random) -> Message:
+    """The assistant message an oracle annotator writes when correcting `step`: the demonstrator's reasoning for
+    that step's observation and one of the shortest-path moves from there (drawn with `rng` when several are)."""
     env = GridWorld(**episode.env_config)
     best = env.oracle(env.make_task(episode.task_id)).best_actions(episode.actions[:step])
-    observation = episode.messages[1 + 2 * step]["content"]
-    return format_decision(goal_reasoning(observation), rng.choice(best))
+    return env.message_for_action(rng.choice(best), goal_reasoning(episode.observation(step)))
 
 
 def intervention_step_preference_rows(episodes: Sequence[OracleEpisode], *, seed: int = 0) -> list[dict[str, Any]]:
     """`step_preference` rows from an oracle annotator who intervenes at each episode's first wrong step: the prompt
-    is the conversation up to that step's observation, `chosen` the correction (`oracle_correction`), `rejected` the
-    policy's own step, as the export writes an intervention (margin 1, source "intervention"). Episodes without a
-    wrong step give none. Rows carry `chosen_action` and `rejected_action` for analysis."""
+    is every message before that step's assistant message, `chosen` the correction (`oracle_correction`),
+    `rejected` the policy's own step, as the export writes an intervention (margin 1, source "intervention").
+    Episodes without a wrong step give none. Rows carry `chosen_action` and `rejected_action` for analysis."""
     rng = random.Random(seed)
     rows = []
     for episode in episodes:
@@ -424,14 +461,14 @@ def intervention_step_preference_rows(episodes: Sequence[OracleEpisode], *, seed
         if error is None:
             continue
         corrected = oracle_correction(episode, error, rng)
-        original = episode.messages[2 + 2 * error]["content"]
-        if corrected == original:
+        original = episode.conversation.assistant(error)
+        if corrected["content"] == original.get("content"):
             continue
         rows.append(
             {
-                "prompt": episode.messages[: 2 + 2 * error],
-                "chosen": [{"role": "assistant", "content": corrected}],
-                "rejected": [{"role": "assistant", "content": original}],
+                "prompt": episode.conversation.before_step(error),
+                "chosen": [corrected],
+                "rejected": [dict(original)],
                 "margin": 1.0,
                 "agreement": 1.0,
                 "rationale": "",
@@ -442,7 +479,8 @@ def intervention_step_preference_rows(episodes: Sequence[OracleEpisode], *, seed
                 "task_id": episode.task_id,
                 "chosen_trajectory_id": None,
                 "rejected_trajectory_id": episode.trajectory_id,
-                "chosen_action": parse_decision(corrected)[1],
+                "tools": [],
+                "chosen_action": parse_decision(corrected["content"])[1],
                 "rejected_action": episode.actions[error],
             }
         )
@@ -451,12 +489,13 @@ def intervention_step_preference_rows(episodes: Sequence[OracleEpisode], *, seed
 
 def intervention_sft_rows(episodes: Sequence[OracleEpisode], *, seed: int = 0) -> list[dict[str, Any]]:
     """`sft` rows for the same interventions as `intervention_step_preference_rows` (the same seed draws the same
-    corrections): the conversation up to the first wrong step's observation, then the correction."""
+    corrections): the conversation before the first wrong step, then the correction."""
     rows = []
     for pair in intervention_step_preference_rows(episodes, seed=seed):
         rows.append(
             {
                 "messages": [*pair["prompt"], *pair["chosen"]],
+                "tools": [],
                 "source": "intervention",
                 "step_index": pair["step_index"],
                 "annotator_ids": [0],
@@ -470,22 +509,24 @@ def intervention_sft_rows(episodes: Sequence[OracleEpisode], *, seed: int = 0) -
 
 def unpaired_rows(episodes: Sequence[OracleEpisode], *, epsilon: float = 0.0, seed: int = 0) -> list[dict[str, Any]]:
     """`unpaired` (KTO) rows: one thumb per episode, up for a success and down for a failure, flipped with
-    probability `epsilon`; the prompt is the instruction and the first observation, the completion the rest."""
+    probability `epsilon`; the prompt is the trajectory's prompt, the completion the rest of its conversation."""
     rng = random.Random(seed)
     rows = []
     for episode in episodes:
-        if len(episode.messages) < 3:
+        if not episode.conversation.num_steps:
             continue
+        cut = episode.conversation.prompt_length
         rows.append(
             {
-                "prompt": episode.messages[:2],
-                "completion": episode.messages[2:],
+                "prompt": episode.messages[:cut],
+                "completion": episode.messages[cut:],
                 "label": episode.success != (rng.random() < epsilon),
                 "agreement": 1.0,
                 "annotator_ids": [0],
                 "label_ids": [episode.trajectory_id],
                 "trajectory_id": episode.trajectory_id,
                 "task_id": episode.task_id,
+                "tools": [],
             }
         )
     return rows

@@ -4,14 +4,14 @@ Token classification at step ends (see `reward_models.steps`), the design of TRL
 two-way head (0 bad, 1 good) on any causal LM or encoder directory, trained with cross-entropy at the token that
 ends each labelled step, through the transformers `Trainer`.
 
-The data is the `stepwise` export: ``prompt``, ``completions`` (one text piece per labelled step), ``labels`` (True
-for a good step) and ``source``: ``label`` rows come from annotators' step labels, ``intervention`` rows from
-interventions (as in RLIF, the steps before the intervened one count as accepted and the intervened one as
+The data is the `stepwise` export: ``prompt``, ``completions`` (one piece per labelled step: message lists rendered
+through the chat template with the row's ``tools``, or text pieces with ``style=text``; see `reward_models.steps`),
+``labels`` (True for a good step) and ``source``: ``label`` rows come from annotators' step labels, ``intervention``
+rows from interventions (as in RLIF, the steps before the intervened one count as accepted and the intervened one as
 rejected); `use_intervention_labels` keeps or drops the latter. Whole tasks are held out for evaluation, on their
-annotator-labelled rows: step-level precision, recall and F1 for finding bad steps, and first-error accuracy (does
-the first step scored below `threshold` match the first step labelled bad, or do both say there is none?), each
-beside trivial baselines. Rows that carry ``oracle_labels`` (the gridworld oracle's truth) are also scored against
-those.
+annotator-labelled rows: step-level precision, recall and F1 for finding bad steps, and first-error accuracy (does the
+first step scored below `threshold` match the first step labelled bad, or do both say there is none?), each beside
+trivial baselines. Rows that carry ``oracle_labels`` (the gridworld oracle's truth) are also scored against those.
 
     python -m reward_models.prm --data_path stepwise.jsonl --base_model var/policies/bootstrap \\
         --output_dir var/models/prm --max_steps 200
@@ -35,19 +35,27 @@ from reward_models.common import (
     finished_summary,
     read_rows,
     require,
+    row_tools,
     rows_error,
     split_by_task,
     write_manifest,
 )
+from reward_models.conversation import Message
 from reward_models.steps import (
+    Pieces,
+    Prompt,
     StepHeadConfig,
+    Tools,
     load_step_model,
     loss_history,
     prepare_tokenizer,
     read_steps,
+    rows_style,
     save_head,
+    step_style,
     train_step_head,
     training_examples,
+    trajectory_steps,
 )
 
 if TYPE_CHECKING:
@@ -85,14 +93,25 @@ class ProcessRewardModel:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.style = step_style(model)  # the rows it trained on: conversational or text
 
-    def step_scores(self, prompt: str, completions: Sequence[str]) -> list[float]:
-        """P(good) for each step piece of one trajectory (the stepwise export's `prompt` and `completions`)."""
-        return self.batch_step_scores([(prompt, completions)])[0]
+    def step_scores(self, prompt: Prompt, completions: Pieces, tools: Tools = None) -> list[float]:
+        """P(good) for each step piece of one trajectory (the stepwise export's `prompt`, `completions` and
+        `tools`)."""
+        return self.batch_step_scores([(prompt, completions)], [tools])[0]
 
-    def batch_step_scores(self, trajectories: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]:
-        outputs = read_steps(self.model, self.tokenizer, trajectories, self.batch_size)
+    def batch_step_scores(
+        self, trajectories: Sequence[tuple[Prompt, Pieces]], tools: Sequence[Tools] = ()
+    ) -> list[list[float]]:
+        outputs = read_steps(self.model, self.tokenizer, trajectories, self.batch_size, tools)
         return [logits.softmax(-1)[:, 1].tolist() for logits in outputs]
+
+    def conversation_scores(
+        self, conversations: Sequence[Sequence[Message]], tools: Sequence[Tools] = ()
+    ) -> list[list[float]]:
+        """P(good) for every assistant turn of each trajectory conversation, laid out as the stepwise export lays
+        out a trajectory with every step labelled, in the style the PRM trained on."""
+        return self.batch_step_scores([trajectory_steps(messages, self.style) for messages in conversations], tools)
 
 
 def load_prm(path: str | Path, device: str | None = None) -> ProcessRewardModel:
@@ -105,17 +124,20 @@ def load_prm(path: str | Path, device: str | None = None) -> ProcessRewardModel:
 
 
 def row_problems(rows: Sequence[dict[str, Any]], config: PRMConfig) -> dict[int, str]:
-    """The rows the PRM cannot learn from, by number, and why: stepwise rows must have a text prompt and as many
-    boolean labels as step pieces."""
+    """The rows the PRM cannot learn from, by number, and why: stepwise rows must have a prompt (text, or a list of
+    messages) and as many boolean labels as step pieces (text, or lists of messages, as the prompt is)."""
     return bad_rows(rows, _row_problem)
 
 
 def _row_problem(row: dict[str, Any]) -> str | None:
-    if not isinstance(row.get("prompt"), str):
-        return "prompt must be text (export the stepwise layout)"
-    completions, labels = row.get("completions"), row.get("labels")
+    prompt, completions, labels = row.get("prompt"), row.get("completions"), row.get("labels")
+    if not isinstance(prompt, str | list):
+        return "prompt must be text or messages (export stepwise rows)"
     if not isinstance(completions, list) or not completions:
         return "completions must be a non-empty list of step pieces"
+    piece = str if isinstance(prompt, str) else list
+    if not all(isinstance(completion, piece) for completion in completions):
+        return f"the step pieces must be {piece.__name__}s, as the prompt"
     if not isinstance(labels, list) or len(labels) != len(completions):
         return "labels must hold one true/false per completion"
     return None
@@ -231,6 +253,7 @@ def main(config: PRMConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     rows = read_rows(config.data_path)
     if problems := row_problems(rows, config):
         raise rows_error(problems, len(rows))
+    style = rows_style(rows)
     # Split before filtering, so that the flag changes the training rows and never which tasks are held out.
     train_rows, held_out = split_by_task(rows, config.eval_fraction, config.seed)
     if not config.use_intervention_labels:
@@ -247,15 +270,19 @@ def main(config: PRMConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     trajectories = [
         (row["prompt"], row["completions"], [int(bool(label)) for label in row["labels"]]) for row in train_rows
     ]
-    examples = training_examples(tokenizer, trajectories, config.step_separator, config.max_length)
-    head = train_step_head(config, tokenizer, examples, id2label=ID2LABEL, reporter=reporter)
+    examples = training_examples(
+        tokenizer, trajectories, config.step_separator, config.max_length, [row_tools(row) for row in train_rows]
+    )
+    head = train_step_head(config, tokenizer, examples, id2label=ID2LABEL, style=style, reporter=reporter)
     model = save_head(head, config)
     model.eval()
 
     metrics: dict[str, float] = {}
     if eval_rows:
         prm = ProcessRewardModel(model, tokenizer, config.batch_size)
-        scores = prm.batch_step_scores([(row["prompt"], row["completions"]) for row in eval_rows])
+        scores = prm.batch_step_scores(
+            [(row["prompt"], row["completions"]) for row in eval_rows], [row_tools(row) for row in eval_rows]
+        )
         metrics = evaluate(scores, eval_rows, prior_rows, config.threshold)
         reporter.metric(head.trainer.state.global_step, **{f"eval_{name}": value for name, value in metrics.items()})
     losses = loss_history(head.trainer)

@@ -3,8 +3,10 @@
 Any causal-LM or encoder directory gets a one-output sequence-classification head
 (``AutoModelForSequenceClassification``, ``num_labels=1``) and learns r(prompt, completion) so that
 P(chosen > rejected) = sigmoid(r_chosen - r_rejected). It trains on Tandem's `preference` export: conversational rows
-(message lists, rendered with the tokenizer's chat template, or as the ``Role: content`` transcript when it has none)
-or `text` rows (prompt + completion strings).
+(message lists, rendered with the tokenizer's chat template and the row's ``tools``, or as the ``Role: content``
+transcript when it has none) or `text` rows (prompt + completion strings). The model reads what it was trained on:
+scoring a conversation with a model trained on text rows reads its transcript (`turns.text_pair`), and a model
+trained on conversations refuses text.
 
 - Strength is a margin: with `use_margin` the row's ``margin`` column (0 / 0.5 / 1 for slight / clear / decisive)
   asks for r_chosen - r_rejected > margin, TRL's margin loss.
@@ -79,6 +81,7 @@ from reward_models.common import (
     read_rows,
     require,
     resolve_precision,
+    row_tools,
     rows_error,
     split_by_task,
     trained_model,
@@ -86,7 +89,8 @@ from reward_models.common import (
     trainer_precision_args,
     write_manifest,
 )
-from reward_models.policy.turns import JUDGE_LAYOUTS, judge_pair
+from reward_models.policy.turns import JUDGE_LAYOUTS, judge_pair, text_pair
+from reward_models.steps import rows_style
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -103,7 +107,10 @@ ENSEMBLE_MODES = ("seed", "bootstrap")
 # Members are centred on their mean reward over at most this many training completions.
 CENTRING_SAMPLE = 256
 
-Conversation = str | Sequence[Mapping[str, str]]
+Conversation = str | Sequence[Mapping[str, Any]]
+Tools = Sequence[dict[str, Any]] | None
+# What a model was trained on, and so reads: message lists through the chat template, or text.
+STYLES = ("conversational", "text")
 
 
 @dataclass
@@ -180,22 +187,47 @@ def _row_in_layout(row: dict[str, Any], layout: str) -> dict[str, Any]:
     }
 
 
-def encode(tokenizer: PreTrainedTokenizerBase, prompt: Conversation, completion: Conversation) -> list[int]:
+def encode(
+    tokenizer: PreTrainedTokenizerBase, prompt: Conversation, completion: Conversation, tools: Tools = None
+) -> list[int]:
     """Token ids of prompt + completion as the reward model reads them, the way TRL's `RewardTrainer` tokenises a
-    preference row: conversations through the chat template (as one ``Role: content`` transcript when the tokenizer
-    has none), text as the concatenated string, ending in EOS when the tokenizer has one."""
+    preference row: conversations through the chat template with the row's `tools` (as one ``Role: content``
+    transcript when the tokenizer has none), text as the concatenated string, ending in EOS when the tokenizer has
+    one."""
     if isinstance(prompt, str) != isinstance(completion, str):
         raise ValueError("prompt and completion must both be text or both be message lists")
     if not isinstance(prompt, str) and tokenizer.chat_template:
-        return list(
-            tokenizer.apply_chat_template([*prompt, *completion], tokenize=True, return_dict=True)["input_ids"]
+        encoded = tokenizer.apply_chat_template(
+            [*prompt, *completion], tools=list(tools) if tools else None, tokenize=True, return_dict=True
         )
+        return list(encoded["input_ids"])
     text = prompt + completion if isinstance(prompt, str) else message_text([*prompt, *completion])
     ids = list(tokenizer(text)["input_ids"])
     # The EOS id, not its string: a word-level tokenizer would read "...left<eos>" as one unknown word.
     if tokenizer.eos_token_id is not None and (not ids or ids[-1] != tokenizer.eos_token_id):
         ids.append(tokenizer.eos_token_id)
     return ids
+
+
+def encode_as_trained(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Conversation,
+    completion: Conversation,
+    tools: Tools,
+    *,
+    style: str,
+    layout: str,
+    max_length: int,
+) -> list[int]:
+    """Token ids of one example as a judge trained on rows of `style` in `layout` reads it: a conversation given
+    to a judge trained on text rows is read as its transcript (`turns.text_pair`, the text export's form); text
+    given to a judge trained on conversations is an error, since nothing can render it as the chat template did."""
+    if style == "text" and not isinstance(prompt, str):
+        prompt, completion = text_pair(prompt, completion)
+    if style == "conversational" and isinstance(prompt, str):
+        raise ValueError("this judge was trained on conversations (message lists) and cannot read text")
+    prompt, completion = judge_pair(prompt, completion, layout)
+    return fit_length(encode(tokenizer, prompt, completion, tools), max_length)
 
 
 def fit_length(ids: list[int], max_length: int) -> list[int]:
@@ -253,6 +285,7 @@ def rewards(model: PreTrainedModel, sequences: Sequence[list[int]], pad_token_id
 class RewardModel:
     """A trained reward model or ensemble. `score` gives each completion's reward (the members' mean, each member
     centred) and its spread; `preference_probability` gives P(a > b) as the members' mean sigmoid(r_a - r_b).
+    ``tools`` (one list of tool schemas, or None, per example) go to the chat template, as the rows' did in training.
 
     >>> model = load_reward_model("var/models/rm")  # doctest: +SKIP
     >>> mean, std = model.score([prompt, prompt], [completion_a, completion_b])  # doctest: +SKIP
@@ -266,49 +299,63 @@ class RewardModel:
         max_length: int,
         batch_size: int = 16,
         layout: str = "full",
+        style: str = "conversational",
     ) -> None:
+        if style not in STYLES:
+            raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
         self.members = list(members)
         self.layout = layout
+        self.style = style
         self.tokenizer = tokenizer
         self.offsets = list(offsets)
         self.max_length = max_length
         self.batch_size = batch_size
 
-    def encode(self, prompt: Conversation, completion: Conversation) -> list[int]:
-        prompt, completion = judge_pair(prompt, completion, self.layout)
-        return fit_length(encode(self.tokenizer, prompt, completion), self.max_length)
+    def encode(self, prompt: Conversation, completion: Conversation, tools: Tools = None) -> list[int]:
+        return encode_as_trained(
+            self.tokenizer, prompt, completion, tools, style=self.style, layout=self.layout, max_length=self.max_length
+        )
 
     def member_rewards(
-        self, prompts: Sequence[Conversation], completions: Sequence[Conversation]
+        self, prompts: Sequence[Conversation], completions: Sequence[Conversation], tools: Sequence[Tools] = ()
     ) -> list[list[float]]:
         """Each member's centred rewards: ``[member][example]``."""
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-        sequences = [self.encode(prompt, completion) for prompt, completion in zip(prompts, completions, strict=True)]
+        offered = list(tools) or [None] * len(prompts)
+        sequences = [
+            self.encode(prompt, completion, example_tools)
+            for prompt, completion, example_tools in zip(prompts, completions, offered, strict=True)
+        ]
         return [
             [reward - offset for reward in rewards(member, sequences, _pad_id(member), self.batch_size)]
             for member, offset in zip(self.members, self.offsets, strict=True)
         ]
 
     def score(
-        self, prompts: Sequence[Conversation], completions: Sequence[Conversation]
+        self, prompts: Sequence[Conversation], completions: Sequence[Conversation], tools: Sequence[Tools] = ()
     ) -> tuple[list[float], list[float] | None]:
         """(mean reward, members' standard deviation) per completion; the deviation is None for one member."""
-        per_member = self.member_rewards(prompts, completions)
+        per_member = self.member_rewards(prompts, completions, tools)
         return _mean_and_std(per_member)
 
     def preference_probability(
-        self, prompt: Conversation, a: Conversation, b: Conversation
+        self, prompt: Conversation, a: Conversation, b: Conversation, tools: Tools = None
     ) -> tuple[float, float | None]:
         """P(a > b) after `prompt`, and the members' standard deviation of it (None for one member)."""
-        probabilities, spread = self.preference_probabilities([prompt], [a], [b])
+        probabilities, spread = self.preference_probabilities([prompt], [a], [b], [tools])
         return probabilities[0], None if spread is None else spread[0]
 
     def preference_probabilities(
-        self, prompts: Sequence[Conversation], a: Sequence[Conversation], b: Sequence[Conversation]
+        self,
+        prompts: Sequence[Conversation],
+        a: Sequence[Conversation],
+        b: Sequence[Conversation],
+        tools: Sequence[Tools] = (),
     ) -> tuple[list[float], list[float] | None]:
         """`preference_probability` for many pairs at once."""
-        per_member = self.member_rewards([*prompts, *prompts], [*a, *b])
+        offered = list(tools) or [None] * len(prompts)
+        per_member = self.member_rewards([*prompts, *prompts], [*a, *b], [*offered, *offered])
         n = len(prompts)
         return _mean_and_std([[_sigmoid(r[i] - r[n + i]) for i in range(n)] for r in per_member])
 
@@ -331,8 +378,15 @@ def load_reward_model(path: str | Path, device: str | None = None) -> RewardMode
         offsets.append(json.loads((member_dir / MEMBER_FILE).read_text())["offset"])
     tokenizer = load_tokenizer(path / manifest["members"][0])
     config = manifest["config"]
+    # A model written before the manifest recorded its style trained on the default, conversational rows.
     return RewardModel(
-        members, tokenizer, offsets, config["max_length"], config["batch_size"], config.get("layout", "full")
+        members,
+        tokenizer,
+        offsets,
+        config["max_length"],
+        config["batch_size"],
+        config.get("layout", "full"),
+        manifest.get("style", "conversational"),
     )
 
 
@@ -342,8 +396,9 @@ def load_reward_model(path: str | Path, device: str | None = None) -> RewardMode
 def evaluate(model: RewardModel, rows: Sequence[Mapping[str, Any]], ece_bins: int = 10) -> dict[str, Any]:
     """Held-out figures of `model` on preference rows (see `pairwise_metrics`)."""
     prompts = [row["prompt"] for row in rows]
-    chosen = model.member_rewards(prompts, [row["chosen"] for row in rows])
-    rejected = model.member_rewards(prompts, [row["rejected"] for row in rows])
+    tools = [row_tools(row) for row in rows]
+    chosen = model.member_rewards(prompts, [row["chosen"] for row in rows], tools)
+    rejected = model.member_rewards(prompts, [row["rejected"] for row in rows], tools)
     differences = [[c - r for c, r in zip(cs, rs, strict=True)] for cs, rs in zip(chosen, rejected, strict=True)]
     return pairwise_metrics(differences, rows, _length_gaps(model.tokenizer, rows), ece_bins)
 
@@ -410,7 +465,8 @@ def expected_calibration_error(probabilities: Sequence[float], bins: int = 10) -
 
 def _length_gaps(tokenizer: PreTrainedTokenizerBase, rows: Sequence[Mapping[str, Any]]) -> list[int]:
     return [
-        len(encode(tokenizer, row["prompt"], row["chosen"])) - len(encode(tokenizer, row["prompt"], row["rejected"]))
+        len(encode(tokenizer, row["prompt"], row["chosen"], row_tools(row)))
+        - len(encode(tokenizer, row["prompt"], row["rejected"], row_tools(row)))
         for row in rows
     ]
 
@@ -511,8 +567,8 @@ class _Pairs:
 def _encode_rows(tokenizer: PreTrainedTokenizerBase, rows: list[dict[str, Any]], max_length: int) -> _Pairs:
     chosen_ids, rejected_ids, gaps, truncated = [], [], [], 0
     for row in rows:
-        chosen = encode(tokenizer, row["prompt"], row["chosen"])
-        rejected = encode(tokenizer, row["prompt"], row["rejected"])
+        chosen = encode(tokenizer, row["prompt"], row["chosen"], row_tools(row))
+        rejected = encode(tokenizer, row["prompt"], row["rejected"], row_tools(row))
         gaps.append(len(chosen) - len(rejected))
         truncated += len(chosen) > max_length or len(rejected) > max_length
         chosen_ids.append(fit_length(chosen, max_length))
@@ -526,7 +582,8 @@ def row_problems(rows: Sequence[dict[str, Any]], config: RewardConfig) -> dict[i
 
 
 def preference_row_problem(row: dict[str, Any]) -> str | None:
-    """Why a `preference` row is no comparison a pairwise judge can read, or None."""
+    """Why a `preference` row is no comparison a pairwise judge can read, or None: it needs a prompt, chosen and
+    rejected, all text or all message lists."""
     for column in ("prompt", "chosen", "rejected"):
         if not row.get(column):
             return f"it has no {column!r} (a preference export has prompt, chosen, rejected)"
@@ -618,7 +675,7 @@ def _train_member(
         learning_rate=config.learning_rate,
         per_device_train_batch_size=config.batch_size,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
-        gradient_checkpointing=config.gradient_checkpointing,
+        activation_checkpointing=config.gradient_checkpointing,  # its name in transformers 5
         max_length=None,  # already cut to max_length by fit_length
         save_strategy="steps",
         save_steps=config.save_steps,
@@ -703,6 +760,7 @@ def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, An
         raise ConfigError("data_path", "holds no rows")
     if problems := row_problems(rows, config):
         raise rows_error(problems, len(rows))
+    style = rows_style(rows)
     rows = [_row_in_layout(row, config.layout) for row in rows]
     train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
     dropped_ties = 0
@@ -760,6 +818,7 @@ def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, An
             summary=summary,
             members=[f"{MEMBERS_DIR}/{member}" for member in range(config.ensemble_size)],
             precision=precision,
+            style=style,
         )
     if metrics:
         reporter.log(

@@ -18,9 +18,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from reward_models.envs.base import Environment, StepResult, episode_success, replay
-from reward_models.policy.base import Policy
-from reward_models.policy.turns import Message, Turn, parse_decision, turn_messages
+from reward_models.conversation import (
+    Conversation,
+    Message,
+    StepTurn,
+    build_conversation,
+    message_tool_calls,
+    policy_view,
+)
+from reward_models.envs.base import (
+    Environment,
+    describe_message,
+    episode_success,
+    message_action,
+    prompt_messages,
+    reply_messages,
+    task_tools,
+)
+from reward_models.policy.base import Decision, Policy
 
 EnvFactory = Callable[[], Environment]
 ProgressCallback = Callable[[int, int], None]
@@ -28,14 +43,21 @@ ProgressCallback = Callable[[int, int], None]
 
 @dataclass
 class Step:
-    observation: str  # what the policy saw before acting
+    """One turn, verbatim (``message``, ``replies``), with the same turn as people read it and the environment
+    played it."""
+
+    observation: str  # the text the agent acted on
+    message: Message  # the assistant message as the policy produced it (or as given in a prefix)
+    replies: list[Message]  # what came back: tool messages, or the next observation as a user message
     reasoning: str
-    action: str
-    text: str  # the full assistant text, as generated (or as given in a prefix)
+    action: str  # what the environment did, as text
+    text: str  # the assistant text as generated
     reward: float
     done: bool
     logprob: float | None = None
     token_ids: list[int] | None = None  # as generated (see policy.base.Decision); None for prefix or remote steps
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # the calls the message makes
+    env_action: Any = None  # what `env.step` was given (the oracle replays these)
     info: dict[str, Any] = field(default_factory=dict)
     render: dict[str, Any] | None = None
     from_prefix: bool = False  # replayed from a given prefix, not generated in this rollout
@@ -57,6 +79,8 @@ class Episode:
     total_reward: float
     success: bool
     truncated: bool  # stopped by max_turns while the environment had not ended it
+    prompt: list[Message] = field(default_factory=list)  # the messages before the first turn
+    tools: list[dict[str, Any]] = field(default_factory=list)
     oracle: OracleSummary | None = None
 
     @property
@@ -64,8 +88,12 @@ class Episode:
         return len(self.steps)
 
     @property
-    def actions(self) -> list[str]:
-        return [step.action for step in self.steps]
+    def actions(self) -> list[Any]:
+        return [step.env_action for step in self.steps]
+
+    def conversation(self) -> Conversation:
+        """The episode's chat messages (`reward_models.conversation`)."""
+        return build_conversation(self.prompt, [StepTurn(step.message, step.replies) for step in self.steps])
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (for a Celery result or a database row)."""
@@ -77,7 +105,7 @@ class _Running:
     episode: Episode
     env: Environment
     observation: str
-    history: list[Turn]
+    conversation: Conversation
     done: bool
 
 
@@ -90,18 +118,19 @@ def rollout(
     greedy: bool = True,
     temperature: float = 1.0,
     seed: int = 0,
-    prefixes: Sequence[Sequence[str]] | None = None,
+    prefixes: Sequence[Sequence[Message | str]] | None = None,
     render: bool = True,
     max_turns: int = 100,
     progress: ProgressCallback | None = None,
 ) -> list[Episode]:
     """Run ``samples_per_task`` episodes of every task; returns them task by task, samples in order.
 
-    ``prefixes``, one per task, are assistant texts (``"... ; action right"``) or bare actions replayed before the
-    policy takes over: an annotator's intervention is the original steps up to the corrected one, then the
-    correction. The same arguments and seed give the same episodes. ``progress(finished, total)`` is called after
-    every turn. ``max_turns`` caps the policy's turns per episode (prefix steps not counted), a guard against an
-    environment that never ends an episode; an episode stopped by it is marked ``truncated``.
+    The policy sees each episode's conversation (through its history window) with the task's tools. ``prefixes``,
+    one per task, are assistant messages (or texts) replayed before the policy takes over: an annotator's
+    intervention is the original turns up to the corrected one, then the correction. The same arguments and seed
+    give the same episodes. ``progress(finished, total)`` is called after every turn. ``max_turns`` caps the
+    policy's turns per episode (prefix steps not counted), a guard against an environment that never ends an
+    episode; an episode stopped by it is marked ``truncated``.
     """
     if samples_per_task < 1:
         raise ValueError(f"samples_per_task must be at least 1, got {samples_per_task}")
@@ -120,26 +149,11 @@ def rollout(
         active = [item for item in running if not item.done]
         if not active:
             break
-        conversations = [
-            turn_messages(item.episode.task["instruction"], item.history, item.observation, policy.history_window)
-            for item in active
-        ]
-        decisions = policy.act(conversations, greedy=greedy, temperature=temperature, seed=_turn_seed(seed, turn))
+        views = [policy_view(item.conversation, policy.history_window) for item in active]
+        tools = [item.episode.tools or None for item in active]
+        decisions = policy.act(views, tools=tools, greedy=greedy, temperature=temperature, seed=_turn_seed(seed, turn))
         for item, decision in zip(active, decisions, strict=True):
-            result = item.env.step(decision.action)
-            step = Step(
-                observation=item.observation,
-                reasoning=decision.reasoning,
-                action=decision.action,
-                text=decision.text,
-                reward=result.reward,
-                done=result.done,
-                logprob=decision.logprob,
-                token_ids=decision.token_ids,
-                info=result.info,
-                render=item.env.render(item.observation) if render else None,
-            )
-            _advance(item, step, result)
+            _play(item, decision.message, render, decision=decision)
         if progress is not None:
             progress(sum(item.done for item in running), total)
 
@@ -147,19 +161,14 @@ def rollout(
 
 
 def episode_messages(episode: Episode) -> list[Message]:
-    """An episode as the exports' trajectory conversation: the instruction, then each step's observation and the
-    policy's text; it ends at the last decision, as the preference rows do."""
-    messages: list[Message] = [{"role": "system", "content": episode.task["instruction"]}]
-    for step in episode.steps:
-        messages.append({"role": "user", "content": step.observation})
-        messages.append({"role": "assistant", "content": step.text})
-    return messages
+    """An episode's chat messages, as the exports write a trajectory's (`reward_models.conversation`)."""
+    return episode.conversation().messages
 
 
 def continue_episode(
     env_factory: EnvFactory,
     task: dict[str, Any],
-    prefix: Sequence[str],
+    prefix: Sequence[Message | str],
     policy: Policy,
     *,
     greedy: bool = True,
@@ -168,7 +177,7 @@ def continue_episode(
     render: bool = True,
     max_turns: int = 100,
 ) -> Episode:
-    """Replay ``prefix`` (assistant texts or bare actions) on ``task``, then let the policy continue to the end."""
+    """Replay ``prefix`` (assistant messages or texts) on ``task``, then let the policy continue to the end."""
     return rollout(
         env_factory,
         [task],
@@ -246,10 +255,10 @@ def _turn_seed(seed: int, turn: int) -> int:
     return (seed * 1_000_003 + turn) % 2**62
 
 
-def _start(env: Environment, task: dict[str, Any], sample_index: int, prefix: Sequence[str], render: bool) -> _Running:
-    decisions = [parse_decision(text) for text in prefix]
-    # Not strict: a prefix copied from a policy's trajectory may hold its garbled actions, which replay as they did.
-    first_observation, results = replay(env, task, [action for _, action in decisions], strict=False)
+def _start(
+    env: Environment, task: dict[str, Any], sample_index: int, prefix: Sequence[Message | str], render: bool
+) -> _Running:
+    first_observation = env.reset(task)
     episode = Episode(
         task=task,
         sample_index=sample_index,
@@ -258,30 +267,54 @@ def _start(env: Environment, task: dict[str, Any], sample_index: int, prefix: Se
         total_reward=0.0,
         success=False,
         truncated=False,
+        prompt=prompt_messages(env, task, first_observation),
+        tools=task_tools(task),
     )
-    item = _Running(episode, env, first_observation, [], False)
-    for text, (reasoning, action), result in zip(prefix, decisions, results, strict=True):
-        step = Step(
-            observation=item.observation,
-            reasoning=reasoning,
-            action=action,
-            text=text,
-            reward=result.reward,
-            done=result.done,
-            info=result.info,
-            render=env.render(item.observation) if render else None,
-            from_prefix=True,
-        )
-        _advance(item, step, result)
+    item = _Running(episode, env, first_observation, build_conversation(episode.prompt, []), False)
+    # A prefix copied from a policy's trajectory may hold its garbled turns, which replay as they did.
+    for index, turn in enumerate(prefix):
+        if item.done:
+            raise ValueError(f"prefix turn {index} comes after the episode ended at turn {index - 1}")
+        message = {"role": "assistant", "content": turn} if isinstance(turn, str) else turn
+        _play(item, message, render, from_prefix=True)
     return item
 
 
-def _advance(item: _Running, step: Step, result: StepResult) -> None:
-    item.episode.steps.append(step)
-    item.episode.total_reward += result.reward
-    item.history.append(Turn(observation=item.observation, response=step.text))
+def _play(
+    item: _Running, message: Message, render: bool, *, decision: Decision | None = None, from_prefix: bool = False
+) -> None:
+    """Give the environment one assistant message and record the turn, verbatim."""
+    calls = message_tool_calls(message)
+    env_action = message_action(item.env, message)
+    result = item.env.step(env_action)
+    replies = reply_messages(result)
+    reasoning, action = describe_message(item.env, message, calls)
+    step = Step(
+        observation=item.observation,
+        message=message,
+        replies=replies,
+        reasoning=reasoning,
+        action=action,
+        text=decision.text if decision is not None else (message.get("content") or ""),
+        reward=result.reward,
+        done=result.done,
+        logprob=decision.logprob if decision is not None else None,
+        token_ids=decision.token_ids if decision is not None else None,
+        tool_calls=calls,
+        env_action=env_action,
+        info=result.info,
+        render=item.env.render(item.observation) if render else None,
+        from_prefix=from_prefix,
+    )
+    conversation = item.conversation
+    conversation.step_starts.append(len(conversation.messages))
+    conversation.messages.append(message)
+    conversation.messages.extend(replies)
+    episode = item.episode
+    episode.steps.append(step)
+    episode.total_reward += result.reward
     item.observation = result.observation
-    item.episode.final_observation = result.observation
+    episode.final_observation = result.observation
     item.done = result.done
 
 

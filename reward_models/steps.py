@@ -2,16 +2,26 @@
 share. Both put a token-classification head on a causal LM or encoder and read it at the token that ends each step,
 the design of TRL's former ``PRMTrainer``.
 
-A trajectory is a text `prompt` and one text piece per step (the stepwise and returns exports' layout: the prompt
-followed by the pieces is the transcript). Each piece is tokenised on its own, followed by `step_separator`, and the
-step is read at the last token of the two; everything else carries the label ``-100`` and is ignored::
+A trajectory is a `prompt` and one piece per step, in one of two styles (the stepwise and returns exports' layouts;
+the prompt followed by the pieces is the trajectory up to its last step):
+
+- text: the prompt and the pieces are text (the ``Role: content`` transcript cut at each step);
+- conversational: the prompt is the messages before the first step, and piece ``i`` the messages after step
+  ``i - 1``'s assistant message through step ``i``'s (what came back, then the turn), rendered by the tokenizer's chat
+  template with the row's ``tools`` (`step_texts`): each piece is what the rendering of the conversation through it
+  adds, up to the last token of its assistant message (the token before the end-of-sequence token that closes the
+  turn, which opens the next piece).
+
+Each piece is tokenised on its own, followed by `step_separator`, and the step is read at the last token of the two;
+everything else carries the label ``-100`` and is ignored::
 
     <bos> System: reach the goal G User: ... Assistant: | goal is down 4 left 1 ; action left | User: ... action up
                                                                                         ^ step 0               ^ step 1
 
-The exported pieces end at a decision and the next one starts with a newline, so the default separator is empty and
-each step is read at its last token (the action); set ``--step_separator '\\n'`` to read at a separator token as
-TRL did (on a word-level tokenizer a newline encodes to nothing and the two are the same).
+The exported text pieces end at a decision and the next one starts with a newline, so the default separator is empty
+and each step is read at its last token (the action, or the last token of a tool call); set ``--step_separator '\\n'``
+to read at a separator token as TRL did (on a word-level tokenizer a newline encodes to nothing and the two are the
+same).
 
 Long trajectories are cut into windows of at most `max_length` tokens rather than truncated, so no labelled step is
 dropped: the first window starts at the prompt; each later window ends past the first step not yet read and starts
@@ -20,14 +30,15 @@ Training and scoring cut the same way, so a step is scored with the context it w
 each step from what came before it only; an encoder also sees the steps after it in the same window, so its score
 for a step changes when later steps are added (use a causal LM where that matters, as in online PPO).
 
-The head's settings (`step_separator`, `step_max_length`) are stored in the model's ``config.json``, so a directory
-that another trainer saved again (the policy issue's PPO continues the value critic) still scores the same way.
+The head's settings (`step_separator`, `step_max_length`, and `step_style`, the style of the rows it trained on, which
+is the one it reads) are stored in the model's ``config.json``, so a directory that another trainer saved again
+(PPO continues the value critic) still scores the same way.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,12 +55,19 @@ from reward_models.common import (
     trainer_callback,
     trainer_precision_args,
 )
+from reward_models.conversation import Message
+from reward_models.policy.turns import message_steps, text_pair, text_steps, transcript
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer
 
 IGNORE = -100
+STYLES = ("conversational", "text")
+# A trajectory's prompt and step pieces: text, or message lists (see the module docstring).
+Prompt = str | Sequence[Message]
+Pieces = Sequence[str] | Sequence[Sequence[Message]]
+Tools = Sequence[dict[str, Any]] | None
 
 
 @dataclass
@@ -85,16 +103,85 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizer
     return tokenizer
 
 
+def rows_style(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``text`` when the rows' prompts are text, ``conversational`` when they are message lists (a mix is a
+    `ConfigError` on ``data_path``)."""
+    styles = {"text" if isinstance(row["prompt"], str) else "conversational" for row in rows}
+    if len(styles) > 1:
+        raise ConfigError("data_path", "mixes text rows and conversational rows")
+    return styles.pop() if styles else "text"
+
+
+def trajectory_steps(messages: Sequence[Message], style: str) -> tuple[Prompt, Pieces]:
+    """A trajectory conversation as the prompt and one piece per assistant turn, in `style` (what the stepwise
+    export writes for a trajectory with every step labelled)."""
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
+    return text_steps(messages) if style == "text" else message_steps(messages)
+
+
+def step_texts(
+    tokenizer: PreTrainedTokenizerBase, prompt: Prompt, completions: Pieces, tools: Tools = None
+) -> tuple[str, list[str]]:
+    """The text of the prompt and of each step piece, as the head reads them: text rows as they are; conversational
+    rows rendered by the chat template with `tools` (see the module docstring), or without one read as their
+    ``Role: content`` transcript (the text export's form). Each rendered piece ends with its last assistant message's
+    content; the token that closes the turn, and whatever the template writes after it, go to the next piece."""
+    if isinstance(prompt, str):
+        return prompt, list(completions)
+    conversations = [list(prompt)]
+    for piece in completions:
+        conversations.append([*conversations[-1], *piece])
+    if tokenizer.chat_template:
+        renders = [
+            tokenizer.apply_chat_template(messages, tools=list(tools) if tools else None, tokenize=False).rstrip()
+            for messages in conversations
+        ]
+    else:
+        prompt_text = text_pair(conversations[0], conversations[-1][len(conversations[0]) :])[0]
+        renders = [prompt_text, *(transcript(messages) for messages in conversations[1:])]
+    cuts = [len(renders[0])]
+    for index in range(1, len(renders)):
+        if not renders[index].startswith(renders[index - 1]):
+            raise ValueError(
+                f"the chat template renders the conversation before step {index - 1} differently once it "
+                "goes on, so its steps cannot be read one after another"
+            )
+        # A chat template closes an assistant turn with the end-of-sequence token the model writes to end it; the
+        # step is read at the turn's last token before it (its action), and the closing token opens the next piece.
+        turn = renders[index][len(renders[index - 1]) :]
+        end = turn.rfind(tokenizer.eos_token) if tokenizer.chat_template and tokenizer.eos_token else -1
+        cuts.append(len(renders[index - 1]) + end if end > 0 else len(renders[index]))
+    whole = renders[-1]
+    return whole[: cuts[0]], [whole[begin:end] for begin, end in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
 def step_windows(
-    tokenizer: PreTrainedTokenizerBase, prompt: str, completions: Sequence[str], separator: str, max_length: int
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    completions: Pieces,
+    separator: str,
+    max_length: int,
+    tools: Tools = None,
 ) -> list[StepWindow]:
     """`prompt` and the step pieces as windows of at most `max_length` tokens that together read every step once
     (one window when the whole trajectory fits)."""
+    prompt_text, pieces = step_texts(tokenizer, prompt, completions, tools)
+    return text_windows(tokenizer, prompt_text, pieces, separator, max_length)
+
+
+def text_windows(
+    tokenizer: PreTrainedTokenizerBase, prompt: str, pieces: Sequence[str], separator: str, max_length: int
+) -> list[StepWindow]:
+    """`step_windows` of a trajectory already laid out as text: each piece is read at its last token (after
+    `separator`)."""
     separator_ids = tokenizer(separator, add_special_tokens=False)["input_ids"] if separator else []
     head = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    if head and ids[:1] == head:  # a chat template that writes <bos> itself: every window starts with one already
+        ids = ids[1:]
     ends = []
-    for index, piece in enumerate(completions):
+    for index, piece in enumerate(pieces):
         piece_ids = tokenizer(piece, add_special_tokens=False)["input_ids"] + separator_ids
         if not piece_ids:
             raise ValueError(
@@ -118,15 +205,18 @@ def step_windows(
 
 def training_examples(
     tokenizer: PreTrainedTokenizerBase,
-    trajectories: Sequence[tuple[str, Sequence[str], Sequence[float]]],
+    trajectories: Sequence[tuple[Prompt, Pieces, Sequence[float]]],
     separator: str,
     max_length: int,
+    tools: Sequence[Tools] = (),
 ) -> list[dict[str, list]]:
-    """``{"input_ids", "labels"}`` examples from ``(prompt, completions, targets)``: one per window, labelled with
-    each step's target at its read position and `IGNORE` elsewhere."""
+    """``{"input_ids", "labels"}`` examples from ``(prompt, completions, targets)`` (with `tools`, one list of tool
+    schemas or None per trajectory): one per window, labelled with each step's target at its read position and
+    `IGNORE` elsewhere."""
     examples = []
-    for prompt, completions, targets in trajectories:
-        for window in step_windows(tokenizer, prompt, completions, separator, max_length):
+    offered = list(tools) or [None] * len(trajectories)
+    for (prompt, completions, targets), trajectory_tools in zip(trajectories, offered, strict=True):
+        for window in step_windows(tokenizer, prompt, completions, separator, max_length, trajectory_tools):
             labels: list[float] = [IGNORE] * len(window.input_ids)
             for position, step in zip(window.positions, window.steps, strict=True):
                 labels[position] = targets[step]
@@ -174,18 +264,24 @@ def regression_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any 
 def read_steps(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    trajectories: Sequence[tuple[str, Sequence[str]]],
+    trajectories: Sequence[tuple[Prompt, Pieces]],
     batch_size: int = 16,
+    tools: Sequence[Tools] = (),
 ) -> list[torch.Tensor]:
-    """The head's outputs at every step of each ``(prompt, completions)``: one float tensor of shape
-    ``(steps, num_labels)`` per trajectory, on the CPU. The model's mode is left as it is (call ``eval()``)."""
+    """The head's outputs at every step of each ``(prompt, completions)`` (with `tools`, one list of tool schemas or
+    None per trajectory, in the style the head trained on): one float tensor of shape ``(steps, num_labels)`` per
+    trajectory, on the CPU. The model's mode is left as it is (call ``eval()``)."""
     import torch
 
+    style = step_style(model)
+    if any(isinstance(prompt, str) != (style == "text") for prompt, _ in trajectories):
+        raise ValueError(f"this head was trained on {style} rows and reads only those")
     separator, max_length = model.config.step_separator, model.config.step_max_length
+    offered = list(tools) or [None] * len(trajectories)
     windows = [
         (index, window)
-        for index, (prompt, completions) in enumerate(trajectories)
-        for window in step_windows(tokenizer, prompt, completions, separator, max_length)
+        for index, ((prompt, completions), trajectory_tools) in enumerate(zip(trajectories, offered, strict=True))
+        for window in step_windows(tokenizer, prompt, completions, separator, max_length, trajectory_tools)
     ]
     outputs = [torch.empty((len(completions), model.config.num_labels)) for _, completions in trajectories]
     collator = StepCollator(tokenizer.pad_token_id, regression=False)
@@ -199,6 +295,12 @@ def read_steps(
             for row, (index, window) in enumerate(chunk):
                 outputs[index][window.steps] = logits[row, window.positions].cpu()
     return outputs
+
+
+def step_style(model: PreTrainedModel) -> str:
+    """The style of rows a per-step head trained on, and so reads. A head saved before conversational rows existed
+    has no ``step_style`` in its config and trained on text."""
+    return model.config.to_dict().get("step_style", "text")
 
 
 def load_step_model(path: str | Path, device: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -237,14 +339,15 @@ def train_step_head(
     examples: Sequence[dict[str, list]],
     *,
     id2label: dict[int, str],
+    style: str,
     reporter: Reporter,
     compute_loss_func: Callable[..., torch.Tensor] | None = None,
 ) -> TrainedHead:
-    """Train ``AutoModelForTokenClassification`` from `config.base_model` with one output per label in `id2label`
-    on `examples` with the transformers `Trainer` (accelerate underneath), checkpointing into
-    ``checkpoint_dir(output_dir)`` and resuming from the last checkpoint there. With one label the head regresses
-    (pass `regression_loss`); otherwise the model's own cross-entropy trains it. Exceptions from the reporter stop
-    training and propagate."""
+    """Train ``AutoModelForTokenClassification`` from `config.base_model` with one output per label in `id2label` on
+    `examples` (made from rows of `style`, which the saved head records) with the transformers `Trainer` (accelerate
+    underneath), checkpointing into ``checkpoint_dir(output_dir)`` and resuming from the last checkpoint there. With
+    one label the head regresses (pass `regression_loss`); otherwise the model's own cross-entropy trains it.
+    Exceptions from the reporter stop training and propagate."""
     from transformers import AutoModelForTokenClassification, PrinterCallback, Trainer, TrainingArguments
 
     precision = resolve_precision(config.precision)
@@ -257,6 +360,7 @@ def train_step_head(
     model.config.use_cache = False
     model.config.step_separator = config.step_separator
     model.config.step_max_length = config.max_length
+    model.config.step_style = style
     if config.use_lora:
         from peft import LoraConfig, TaskType, get_peft_model
 

@@ -13,12 +13,16 @@ To continue training it (the policy issue's PPO), load the directory with
 `reward_models.steps.step_windows` gives, and save it again with ``save_pretrained``: the step settings travel in
 its ``config.json``.
 
-The data is the `returns` export: ``prompt``, ``completions`` (one text piece per step) and ``rewards`` (the
-environment's per-step rewards). Rows whose ``rewards`` is null get rewards from judge models instead: the reward
-model in `reward_model` scores the whole trajectory and its score becomes the last step's reward, and the process
-reward model in `prm` adds ``P(good) - 0.5`` to each step's. Whole tasks are held out; on their steps the run
-reports the explained variance ``1 - Var(G - V) / Var(G)`` and the mean squared error, beside the baseline that
-predicts the training split's mean return at each step index.
+The data is the `returns` export: ``prompt``, ``completions`` (one piece per step: text, or message lists with the
+row's ``tools`` in the stepwise export's conversational layout; see `reward_models.steps`) and ``rewards`` (the
+environment's per-step rewards). Rows whose ``rewards`` is null get rewards from judge models instead: the reward model
+in `reward_model` scores the whole trajectory and its score becomes the last step's reward, and the process reward
+model in `prm` adds ``P(good) - 0.5`` to each step's. Each judge reads the trajectory as it was trained to:
+conversational rows through its chat template with the row's tools (or as their transcript, for a judge trained on text
+rows); text rows only reach judges trained on text, since nothing can render a transcript back into the chat template a
+judge trained on conversations reads. Whole tasks are held out; on their steps the run reports the explained variance
+``1 - Var(G - V) / Var(G)`` and the mean squared error, beside the baseline that predicts the training split's mean
+return at each step index.
 
     python -m reward_models.value --data_path returns.jsonl --base_model var/policies/bootstrap \\
         --output_dir var/models/value --gamma 0.99 --max_steps 200
@@ -41,20 +45,28 @@ from reward_models.common import (
     finished_summary,
     read_rows,
     require,
+    row_tools,
     rows_error,
     split_by_task,
     write_manifest,
 )
+from reward_models.conversation import Message
 from reward_models.steps import (
+    Pieces,
+    Prompt,
     StepHeadConfig,
+    Tools,
     load_step_model,
     loss_history,
     prepare_tokenizer,
     read_steps,
     regression_loss,
+    rows_style,
     save_head,
+    step_style,
     train_step_head,
     training_examples,
+    trajectory_steps,
 )
 
 if TYPE_CHECKING:
@@ -94,15 +106,25 @@ class ValueCritic:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.style = step_style(model)  # the rows it trained on: conversational or text
 
-    def values(self, prompt: str, completions: Sequence[str]) -> list[float]:
-        """V at the end of each step piece of one trajectory (the returns export's `prompt` and `completions`)."""
-        return self.batch_values([(prompt, completions)])[0]
+    def values(self, prompt: Prompt, completions: Pieces, tools: Tools = None) -> list[float]:
+        """V at the end of each step piece of one trajectory (the returns export's `prompt`, `completions` and
+        `tools`)."""
+        return self.batch_values([(prompt, completions)], [tools])[0]
 
-    def batch_values(self, trajectories: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]:
-        return [
-            output[:, 0].tolist() for output in read_steps(self.model, self.tokenizer, trajectories, self.batch_size)
-        ]
+    def batch_values(
+        self, trajectories: Sequence[tuple[Prompt, Pieces]], tools: Sequence[Tools] = ()
+    ) -> list[list[float]]:
+        outputs = read_steps(self.model, self.tokenizer, trajectories, self.batch_size, tools)
+        return [output[:, 0].tolist() for output in outputs]
+
+    def conversation_values(
+        self, conversations: Sequence[Sequence[Message]], tools: Sequence[Tools] = ()
+    ) -> list[list[float]]:
+        """V after every assistant turn of each trajectory conversation, laid out as the returns export lays out a
+        trajectory, in the style the critic trained on."""
+        return self.batch_values([trajectory_steps(messages, self.style) for messages in conversations], tools)
 
 
 def load_value_critic(path: str | Path, device: str | None = None) -> ValueCritic:
@@ -124,17 +146,20 @@ def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
 
 
 def row_problems(rows: Sequence[dict[str, Any]], config: ValueConfig) -> dict[int, str]:
-    """The rows the critic cannot learn from, by number, and why: returns rows must have a text prompt, step pieces
-    and, unless null, one reward per piece."""
+    """The rows the critic cannot learn from, by number, and why: returns rows must have a prompt (text, or a list of
+    messages), step pieces (text, or lists of messages, as the prompt is) and, unless null, one reward per piece."""
     return bad_rows(rows, _row_problem)
 
 
 def _row_problem(row: dict[str, Any]) -> str | None:
-    if not isinstance(row.get("prompt"), str):
-        return "prompt must be text (export the returns layout)"
-    completions, rewards = row.get("completions"), row.get("rewards")
+    prompt, completions, rewards = row.get("prompt"), row.get("completions"), row.get("rewards")
+    if not isinstance(prompt, str | list):
+        return "prompt must be text or messages (export the returns layout)"
     if not isinstance(completions, list) or not completions:
         return "completions must be a non-empty list of step pieces"
+    piece = str if isinstance(prompt, str) else list
+    if not all(isinstance(completion, piece) for completion in completions):
+        return f"the step pieces must be {piece.__name__}s, as the prompt"
     if rewards is not None and (not isinstance(rewards, list) or len(rewards) != len(completions)):
         return "rewards must be null or hold one number per completion"
     return None
@@ -155,26 +180,51 @@ def step_rewards(rows: Sequence[dict[str, Any]], config: ValueConfig, reporter: 
             f"{len(unknown)} of {len(rows)} trajectories have no rewards; give a reward_model (or prm) to score them",
         )
     reporter.log(f"scoring {len(unknown)} trajectories without rewards with the judge models")
-    judged = [[0.0] * len(rows[index]["completions"]) for index in unknown]
-    trajectories = [(rows[index]["prompt"], rows[index]["completions"]) for index in unknown]
+    judged_rows = [rows[index] for index in unknown]
+    judged = [[0.0] * len(row["completions"]) for row in judged_rows]
+    tools = [row_tools(row) for row in judged_rows]
+    text_rows = rows_style(judged_rows) == "text"
     if config.prm:
         from reward_models.prm import load_prm
 
         prm = load_prm(config.prm)
         prm.batch_size = config.batch_size
-        for steps, scores in zip(judged, prm.batch_step_scores(trajectories), strict=True):
+        if text_rows:
+            _require_text_judge(prm.style, "prm")
+            scored = prm.batch_step_scores([(row["prompt"], row["completions"]) for row in judged_rows])
+        else:
+            scored = prm.conversation_scores([_row_messages(row) for row in judged_rows], tools)
+        for steps, scores in zip(judged, scored, strict=True):
             steps[:] = [score - 0.5 for score in scores]
     if config.reward_model:
         from reward_models.reward import load_reward_model
 
-        scores, _ = load_reward_model(config.reward_model).score(
-            [prompt for prompt, _ in trajectories], ["".join(completions) for _, completions in trajectories]
-        )
+        reward_model = load_reward_model(config.reward_model)
+        if text_rows:
+            _require_text_judge(reward_model.style, "reward_model")
+            completions = ["".join(row["completions"]) for row in judged_rows]
+        else:
+            completions = [[message for piece in row["completions"] for message in piece] for row in judged_rows]
+        scores, _ = reward_model.score([row["prompt"] for row in judged_rows], completions, tools)
         for steps, score in zip(judged, scores, strict=True):
             steps[-1] += score
     for index, steps in zip(unknown, judged, strict=True):
         rewards[index] = steps
     return rewards
+
+
+def _row_messages(row: dict[str, Any]) -> list[Message]:
+    """A conversational returns row's trajectory: the prompt, then every piece's messages."""
+    return [*row["prompt"], *(message for piece in row["completions"] for message in piece)]
+
+
+def _require_text_judge(style: str, name: str) -> None:
+    require(
+        style == "text",
+        name,
+        "was trained on conversations and reads them through its chat template, but these returns rows are text; "
+        "export the returns in the conversational style",
+    )
 
 
 # --- evaluation --------------------------------------------------------------------------------------------------
@@ -238,6 +288,7 @@ def main(config: ValueConfig, reporter: Reporter | None = None) -> dict[str, Any
     rows = read_rows(config.data_path)
     if problems := row_problems(rows, config):
         raise rows_error(problems, len(rows))
+    style = rows_style(rows)
     returns = [discounted_returns(rewards, config.gamma) for rewards in step_rewards(rows, config, reporter)]
     for row, row_returns in zip(rows, returns, strict=True):
         row["returns"] = row_returns
@@ -248,9 +299,17 @@ def main(config: ValueConfig, reporter: Reporter | None = None) -> dict[str, Any
 
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(config.base_model))
     trajectories = [(row["prompt"], row["completions"], row["returns"]) for row in train_rows]
-    examples = training_examples(tokenizer, trajectories, config.step_separator, config.max_length)
+    examples = training_examples(
+        tokenizer, trajectories, config.step_separator, config.max_length, [row_tools(row) for row in train_rows]
+    )
     head = train_step_head(
-        config, tokenizer, examples, id2label=ID2LABEL, reporter=reporter, compute_loss_func=regression_loss
+        config,
+        tokenizer,
+        examples,
+        id2label=ID2LABEL,
+        style=style,
+        reporter=reporter,
+        compute_loss_func=regression_loss,
     )
     model = save_head(head, config)
     model.eval()
@@ -258,7 +317,9 @@ def main(config: ValueConfig, reporter: Reporter | None = None) -> dict[str, Any
     metrics: dict[str, float] = {}
     if eval_rows:
         critic = ValueCritic(model, tokenizer, config.batch_size)
-        predicted = critic.batch_values([(row["prompt"], row["completions"]) for row in eval_rows])
+        predicted = critic.batch_values(
+            [(row["prompt"], row["completions"]) for row in eval_rows], [row_tools(row) for row in eval_rows]
+        )
         metrics = evaluate(predicted, [row["returns"] for row in eval_rows], [row["returns"] for row in train_rows])
         metrics["held_out_trajectories_with_rewards"] = sum(row["rewards"] is not None for row in eval_rows)
         reporter.metric(head.trainer.state.global_step, **{f"eval_{name}": value for name, value in metrics.items()})

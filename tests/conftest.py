@@ -26,6 +26,7 @@ from typing import Any  # noqa: E402
 import pytest  # noqa: E402
 
 from reward_models.policy.bootstrap import BootstrapConfig  # noqa: E402
+from tests.trajectories import save_steps  # noqa: E402
 
 
 def pytest_configure(config) -> None:
@@ -133,9 +134,9 @@ def make_trajectory(project, task, external_policy):
         fields.setdefault("policy_version", external_policy)
         fields.setdefault("source", "import")
         trajectory = Trajectory.objects.create(project=project, num_steps=n_steps, **fields)
-        Step.objects.bulk_create(
-            Step(trajectory=trajectory, index=i, observation=f"obs {i}", reasoning=f"think {i}", action="up")
-            for i in range(n_steps)
+        save_steps(
+            trajectory,
+            [Step(index=i, observation=f"obs {i}", reasoning=f"think {i}", action="up") for i in range(n_steps)],
         )
         return trajectory
 
@@ -185,9 +186,7 @@ def demonstrations(project):
         trajectory = Trajectory.objects.create(
             project=project, task=task, source="human", num_steps=len(steps), success=True
         )
-        for step in steps:
-            step.trajectory = trajectory
-        Step.objects.bulk_create(steps)
+        save_steps(trajectory, steps)
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
-"""The bootstrap run: supervised fine-tuning of the built-in tiny policy, registered as a project's base policy."""
+"""The bootstrap run: supervised fine-tuning of a built-in environment's tiny policy, registered as a project's base
+policy."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from django.conf import settings
@@ -13,35 +15,65 @@ from reward_models.policy.bootstrap import BootstrapConfig
 from reward_models.policy.bootstrap import main as bootstrap_main
 from training.runs import RunRecorder, execute_run
 
-GRIDWORLD = "reward_models.envs.gridworld.GridWorld"
-# How the project's environment config maps onto the bootstrap's own gridworld fields.
-ENV_FIELDS = {"size": "grid_size", "wall_prob": "wall_prob", "max_steps": "max_episode_steps"}
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """How one built-in environment's tiny policy is bootstrapped: its pipeline, the environment settings it takes
+    from the project, and where its metrics are."""
+
+    config_class: type
+    main: Callable[..., dict[str, Any]]
+    env_fields: dict[str, str]  # project environment config key -> pipeline config field
+    notes: str
+    loss_curve: str
+    mean_length: str  # the metric's name, after "greedy_" or "sampled_"
 
 
-def bootstrap_config(run: TrainingRun) -> BootstrapConfig:
-    """The run's settings over the project's gridworld config, so the policy learns the map the project uses."""
+BOOTSTRAPS = {
+    "reward_models.envs.gridworld.GridWorld": Bootstrap(
+        BootstrapConfig,
+        bootstrap_main,
+        {"size": "grid_size", "wall_prob": "wall_prob", "max_steps": "max_episode_steps"},
+        "Tiny Llama, supervised on noisy scripted demonstrations.",
+        "loss_curve",
+        "mean_length",
+    ),
+}
+
+
+def bootstrap_for(run: TrainingRun) -> Bootstrap:
     environment = run.project.environment
-    if environment.dotted_path != GRIDWORLD:
-        raise ValueError(f"environment: the bootstrap trains gridworld policies, not {environment.dotted_path}")
+    if environment.dotted_path not in BOOTSTRAPS:
+        known = ", ".join(BOOTSTRAPS)
+        raise ValueError(f"environment: the bootstrap trains policies for {known}, not {environment.dotted_path}")
+    return BOOTSTRAPS[environment.dotted_path]
+
+
+def bootstrap_config(run: TrainingRun) -> Any:
+    """The run's settings over the project's environment config, so the policy learns the tasks the project uses."""
+    bootstrap = bootstrap_for(run)
+    environment = run.project.environment
     values = {k: v for k, v in run.config.items() if k != "policy_name"}
-    unknown = set(values) - {f.name for f in fields(BootstrapConfig)}
+    unknown = set(values) - {f.name for f in fields(bootstrap.config_class)}
     if unknown:
         raise ValueError(f"unknown bootstrap settings: {sorted(unknown)}")
-    for env_key, field_name in ENV_FIELDS.items():
+    for env_key, field_name in bootstrap.env_fields.items():
         if env_key in environment.config:
             values.setdefault(field_name, environment.config[env_key])
     if settings.TANDEM_TORCH_THREADS:
         values.setdefault("num_threads", settings.TANDEM_TORCH_THREADS)
     values["output_dir"] = str(settings.ARTIFACT_ROOT / "policies" / str(run.project_id) / f"bootstrap-run-{run.pk}")
-    return BootstrapConfig(**values)
+    return bootstrap.config_class(**values)
 
 
 def run_bootstrap(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
+    bootstrap = bootstrap_for(run)
     config = bootstrap_config(run)
     recorder.log(f"bootstrap SFT on {config.n_episodes} noisy demonstrations into {config.output_dir}")
-    metrics = bootstrap_main(config, progress=recorder.progress)
-    for point_step, loss in enumerate(metrics["loss_curve"]):
-        recorder.metric(point_step * max(1, metrics["train_steps"] // len(metrics["loss_curve"])), loss=loss)
+    metrics = bootstrap.main(config, progress=recorder.progress)
+    curve = metrics[bootstrap.loss_curve]
+    for point_step, loss in enumerate(curve):
+        recorder.metric(point_step * max(1, metrics["train_steps"] // len(curve)), loss=loss)
     name = run.config.get("policy_name") or f"bootstrap-{run.pk}"
     with transaction.atomic():
         TrainingRun.objects.filter(pk=run.pk).update(artifact_dir=config.output_dir)
@@ -51,7 +83,7 @@ def run_bootstrap(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
             kind="local",
             weights_path=config.output_dir,
             produced_by=run,
-            notes="Tiny Llama, supervised on noisy scripted demonstrations.",
+            notes=bootstrap.notes,
         )
         for decoding in ("greedy", "sampled"):
             Evaluation.objects.create(
@@ -63,13 +95,13 @@ def run_bootstrap(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
                 value=metrics[f"{decoding}_success"],
                 stderr=metrics[f"{decoding}_stderr"],
                 n=metrics["eval_tasks"],
-                details={"mean_length": metrics[f"{decoding}_mean_length"]},
+                details={"mean_length": metrics[f"{decoding}_{bootstrap.mean_length}"]},
             )
     recorder.log(
         f"registered {name}: held-out success {metrics['greedy_success']:.2f} greedy, "
         f"{metrics['sampled_success']:.2f} sampled, in {metrics['wall_seconds']:.0f} s"
     )
-    summary = {k: v for k, v in metrics.items() if k not in ("loss_curve", "config")}
+    summary = {k: v for k, v in metrics.items() if k not in (bootstrap.loss_curve, "config")}
     return {**summary, "policy_version": policy.pk, "config": asdict(config)}
 
 

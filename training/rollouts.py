@@ -228,6 +228,8 @@ def trajectory_for_episode(
         outcome_return=oracle.get("true_return", episode.total_reward),
         oracle=oracle,
         metadata={**(metadata or {}), "truncated": episode.truncated, "final_observation": episode.final_observation},
+        prompt=episode.prompt,
+        tools=episode.tools,
         **fields,
     )
 
@@ -241,9 +243,13 @@ def save_trajectories(trajectories: list[Trajectory], episodes: list[Episode]) -
                 Step(
                     trajectory=trajectory,
                     index=index,
+                    message=step.message,
+                    replies=step.replies,
+                    token_ids=step.token_ids,
                     observation=step.observation,
                     reasoning=step.reasoning,
                     action=step.action,
+                    tool_calls=step.tool_calls,
                     env_reward=step.reward,
                     logprob=step.logprob,
                     render=step.render or {},

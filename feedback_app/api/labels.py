@@ -22,10 +22,12 @@ from feedback_app.api import serializers as s
 from feedback_app.api.base import ALL_ROLES, Conflict, ProjectScopedMixin
 from feedback_app.api.filtering import TandemFilterSet
 from feedback_app.api.schema import ErrorSerializer
-from feedback_app.interventions import validate_correction
+from feedback_app.interventions import turn_message, validate_correction
 from feedback_app.models import Comparison, Critique, FeedbackKind, Intervention, Rating, StepLabel
 from feedback_app.models.labels import StaleRevision
 from feedback_app.queue import LeaseLost, complete
+from reward_models.conversation import message_tool_calls
+from reward_models.envs.base import describe_message
 
 STEP_PAGE_KINDS = {FeedbackKind.STEP_LABEL, FeedbackKind.CRITIQUE, FeedbackKind.RATING, FeedbackKind.INTERVENTION}
 
@@ -330,11 +332,26 @@ class InterventionViewSet(LabelViewSet):
 
     def prepare(self, data: dict) -> dict:
         step = data["step"]
-        return {**data, "original_action": step.action, "original_reasoning": step.reasoning}
+        env = self.project.environment.load()
+        corrected = data.get("corrected_message") or turn_message(
+            env, data.get("corrected_action", ""), data.get("corrected_reasoning", "")
+        )
+        reasoning, action = describe_message(env, corrected, message_tool_calls(corrected))
+        return {
+            **data,
+            "corrected_message": corrected,
+            "corrected_action": data.get("corrected_action") or action,
+            "corrected_reasoning": data.get("corrected_reasoning") or reasoning,
+            "original_message": step.message,
+            "original_action": step.action,
+            "original_reasoning": step.reasoning,
+        }
 
     def check(self, label: Intervention) -> None:
-        # The corrected action (and any takeover) must be playable in the environment, as on the annotator page.
-        validate_correction(label.trajectory, label.step.index, label.corrected_action, label.takeover_actions)
+        # The corrected turn (and any takeover) must be playable in the environment, as on the annotator page.
+        env = self.project.environment.load()
+        takeover = [turn_message(env, turn) for turn in label.takeover_actions]
+        validate_correction(label.trajectory, label.step.index, label.corrected_message, takeover)
 
     def stored(self, label: Intervention) -> None:
         from training.tasks import continue_intervention  # the Celery app, loaded only when needed

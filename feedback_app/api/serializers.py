@@ -13,7 +13,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from feedback_app.api.base import HiddenFieldsMixin
-from feedback_app.api.fields import TandemModelSerializer
+from feedback_app.api.fields import CheckedJSONField, TandemModelSerializer
 from feedback_app.labelling import displayed_order
 from feedback_app.models import (
     Assignment,
@@ -689,7 +689,19 @@ class RatingSerializer(LabelSerializer):
 class InterventionSerializer(LabelSerializer):
     trajectory = ProjectRelatedField(model=Trajectory)
     step = ProjectRelatedField(model=Step, project_path="trajectory__project")
-    takeover_actions = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    corrected_action = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="An action from the environment's legal ones (the gridworld's moves); or give corrected_message.",
+    )
+    corrected_message = CheckedJSONField(
+        required=False,
+        help_text="The corrected turn as an assistant message: tool_calls (OpenAI's shape, arguments checked against "
+        "the task's tool schemas) and/or content. Use it for open actions; corrected_action for picked ones.",
+    )
+    takeover_actions = CheckedJSONField(
+        required=False, default=list, help_text="Turns played by hand after it: actions, or assistant messages."
+    )
 
     class Meta:
         model = Intervention
@@ -697,8 +709,10 @@ class InterventionSerializer(LabelSerializer):
             *LABEL_FIELDS,
             "trajectory",
             "step",
+            "original_message",
             "original_action",
             "original_reasoning",
+            "corrected_message",
             "corrected_action",
             "corrected_reasoning",
             "takeover_actions",
@@ -709,12 +723,31 @@ class InterventionSerializer(LabelSerializer):
         ]
         read_only_fields = [
             *LABEL_READ_ONLY,
+            "original_message",
             "original_action",
             "original_reasoning",
             "child_trajectory",
             "status",
             "error",
         ]
+
+    def validate_corrected_message(self, value):
+        if not isinstance(value, dict) or value.get("role", "assistant") != "assistant":
+            raise serializers.ValidationError(
+                "Must be an assistant message: an object with content and/or tool_calls."
+            )
+        return {"role": "assistant", **value}
+
+    def validate_takeover_actions(self, value):
+        if not isinstance(value, list) or not all(isinstance(turn, str | dict) for turn in value):
+            raise serializers.ValidationError("Must be a list of actions or assistant messages.")
+        return value
+
+    def validate(self, attrs: dict) -> dict:
+        attrs = super().validate(attrs)
+        if self.instance is None and not attrs.get("corrected_message") and not attrs.get("corrected_action"):
+            raise serializers.ValidationError({"corrected_action": "Give corrected_action or corrected_message."})
+        return attrs
 
 
 class ComparisonRevisionSerializer(LabelRevisionMixin, ComparisonSerializer):
@@ -736,4 +769,4 @@ class RatingRevisionSerializer(LabelRevisionMixin, RatingSerializer):
 class InterventionRevisionSerializer(LabelRevisionMixin, InterventionSerializer):
     # A different action is a different branch of the rollout (checked against the environment and continued by
     # the policy): only the explanation of a correction is revised.
-    fixed_fields = ("assignment", "corrected_action", "takeover_actions")
+    fixed_fields = ("assignment", "corrected_action", "corrected_message", "takeover_actions")

@@ -85,7 +85,13 @@ class Style(StrEnum):
 # Kinds whose rows aggregate several annotators' labels of one item, so `aggregate` and `min_agreement` mean
 # something there.
 AGGREGATED_KINDS = {ExportKind.PREFERENCE, ExportKind.STEP_PREFERENCE, ExportKind.STEPWISE, ExportKind.UNPAIRED}
-STYLED_KINDS = {ExportKind.PREFERENCE, ExportKind.STEP_PREFERENCE, ExportKind.UNPAIRED, ExportKind.CRITIQUES}
+STYLED_KINDS = {
+    ExportKind.PREFERENCE,
+    ExportKind.STEP_PREFERENCE,
+    ExportKind.STEPWISE,
+    ExportKind.UNPAIRED,
+    ExportKind.CRITIQUES,
+}
 # Kinds made from comparisons, where a tie verdict can become a row.
 TIED_KINDS = {ExportKind.PREFERENCE, ExportKind.STEP_PREFERENCE}
 

@@ -76,6 +76,8 @@ KIND_SOURCES = (
         {
             "trajectory_id": "trajectory_id",
             "step_index": "step__index",
+            "original_message": "original_message",
+            "corrected_message": "corrected_message",
             "original_reasoning": "original_reasoning",
             "original_action": "original_action",
             "corrected_reasoning": "corrected_reasoning",
@@ -118,4 +120,13 @@ def raw_rows(project: Project, filters: ExportFilters):
             row["is_gold"] = bool(row["is_gold"])
             if row["gold_answer"] is not None:
                 row["gold_answer"] = json.dumps(row["gold_answer"], sort_keys=True)
+            for name in ("original_message", "corrected_message"):
+                if row[name] is not None:
+                    row[name] = json.dumps(row[name], ensure_ascii=False)
+            if row["takeover_actions"] is not None:
+                # A takeover turn is an action or an assistant message; one column type holds both as text.
+                row["takeover_actions"] = [
+                    turn if isinstance(turn, str) else json.dumps(turn, ensure_ascii=False)
+                    for turn in row["takeover_actions"]
+                ]
             yield ExportRow(row, kind.value, [row["label_id"]])

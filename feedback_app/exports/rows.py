@@ -30,7 +30,7 @@ from feedback_app.exports.conversation import (
 from feedback_app.exports.filters import Aggregation, ExportFilters, ExportKind, Interventions, Neutral, Style, Ties
 from feedback_app.models import Comparison, Critique, Intervention, Project, Rating, StepLabel, Trajectory
 from feedback_app.models.trajectories import TrajectorySource
-from reward_models.policy.turns import Message, format_decision
+from reward_models.policy.turns import Message
 
 # Labels read per database round trip, and items (pairs, trajectories) per batch of conversations fetched.
 CHUNK_ROWS = 5000
@@ -154,8 +154,8 @@ def _first_trajectories(column: int) -> Callable[[list[list]], set[int]]:
 
 
 def _intervened_and_continued(batch: list[list]) -> set[int]:
-    """Rows of interventions: column 2 holds the trajectory, column 7 its continuation (if any)."""
-    return {tid for group in batch for row in group for tid in (row[2], row[7]) if tid is not None}
+    """Rows of interventions: column 2 holds the trajectory, column 6 its continuation (if any)."""
+    return {tid for group in batch for row in group for tid in (row[2], row[6]) if tid is not None}
 
 
 def _provenance(verdict: Verdict) -> tuple[list[int], list[int]]:
@@ -171,6 +171,13 @@ def _styled(style: Style, prompt: list[Message], *completions: list[Message]) ->
         return (prompt, *completions)
     texts = [text_pair(prompt, completion) for completion in completions]
     return (texts[0][0], *(completion for _, completion in texts))
+
+
+def _add_tools(values: dict[str, Any], conversation: Conversation, style: Style) -> None:
+    """A conversational row carries the tools the agent was offered, in the form TRL's trainers pass to
+    `apply_chat_template(..., tools=...)`; a text row has no chat template to give them to."""
+    if style == Style.CONVERSATIONAL:
+        values["tools"] = conversation.tools
 
 
 # --- preference --------------------------------------------------------------------------------------------------
@@ -241,13 +248,15 @@ def preference_rows(project: Project, filters: ExportFilters) -> Iterator[Export
     for chosen, rejected, verdict in _comparison_rows(labels, filters):
         if chosen.num_steps == 0 or rejected.num_steps == 0:
             continue
-        # Same task, so normally the same instruction and first observation; if an imported pair starts from
-        # different observations, only the instruction is shared.
-        cut = 2 if chosen.opens_like(rejected) else 1
+        # Same task, so normally the same prompt; if an imported pair starts from different observations, only the
+        # messages both prompts begin with are shared.
+        cut = chosen.shared_prompt(rejected)
         tail = _comparison_values(verdict)
         tail["task_id"] = chosen.task_id
         tail["chosen_trajectory_id"] = chosen.trajectory_id
         tail["rejected_trajectory_id"] = rejected.trajectory_id
+        if conversational:
+            tail["tools"] = chosen.tools
         if ties:
             tail["tie"] = verdict.value == "tie"
         if conversational:
@@ -290,10 +299,8 @@ def _intervention_pairs(project: Project, filters: ExportFilters) -> Iterator[Ex
             "annotator_id",
             "trajectory_id",
             "step__index",
-            "original_reasoning",
-            "original_action",
-            "corrected_reasoning",
-            "corrected_action",
+            "original_message",
+            "corrected_message",
             "reason",
             "child_trajectory_id",
         )
@@ -303,15 +310,11 @@ def _intervention_pairs(project: Project, filters: ExportFilters) -> Iterator[Ex
     for batch, conversations in with_conversations(batches, _first_trajectories(2)):
         for group in batch:
             conversation = conversations[group[0][2]]
-            for label_id, annotator_id, _, step, orig_r, orig_a, new_r, new_a, reason, child_id in group:
-                original, corrected = format_decision(orig_r, orig_a), format_decision(new_r, new_a)
+            for label_id, annotator_id, _, step, original, corrected, reason, child_id in group:
                 if original == corrected or conversation.num_steps <= step:
                     continue
                 prompt, chosen, rejected = _styled(
-                    filters.style,
-                    conversation.messages[: 2 + 2 * step],
-                    [{"role": "assistant", "content": corrected}],
-                    [{"role": "assistant", "content": original}],
+                    filters.style, conversation.turns(0, conversation.before_step(step)), [corrected], [original]
                 )
                 values = {
                     "prompt": prompt,
@@ -328,6 +331,7 @@ def _intervention_pairs(project: Project, filters: ExportFilters) -> Iterator[Ex
                     "chosen_trajectory_id": child_id,
                     "rejected_trajectory_id": conversation.trajectory_id,
                 }
+                _add_tools(values, conversation, filters.style)
                 if ties:
                     values["tie"] = False
                 yield ExportRow(values, "intervention", [label_id])
@@ -340,10 +344,10 @@ def _branch_comparison_pairs(project: Project, filters: ExportFilters) -> Iterat
         | Q(trajectory_a__parent_id=F("trajectory_b__parent_id"))
     )
     for chosen, rejected, verdict in _comparison_rows(labels, filters):
-        step = shared_steps(chosen.messages, rejected.messages)
+        step = shared_steps(chosen, rejected)
         if not step:  # None or 0: no shared step, so this is a whole-trajectory preference
             continue
-        cut = 2 + 2 * step
+        cut = chosen.before_step(step)
         prompt, chosen_part, rejected_part = _styled(
             filters.style, chosen.messages[:cut], chosen.messages[cut:], rejected.messages[cut:]
         )
@@ -355,6 +359,7 @@ def _branch_comparison_pairs(project: Project, filters: ExportFilters) -> Iterat
             chosen_trajectory_id=chosen.trajectory_id,
             rejected_trajectory_id=rejected.trajectory_id,
         )
+        _add_tools(values, chosen, filters.style)
         if filters.ties == Ties.INCLUDE:
             values["tie"] = verdict.value == "tie"
         yield ExportRow(values, "comparison", values["label_ids"])
@@ -409,19 +414,19 @@ def _step_label_rows(project: Project, filters: ExportFilters) -> Iterator[Expor
                     rows_by_key[key][step] = verdict
             conversation = conversations[group[0][3]]
             for key in sorted(rows_by_key):
-                row = _stepwise_row(conversation, rows_by_key[key])
+                row = _stepwise_row(conversation, rows_by_key[key], filters.style)
                 if row is not None:
                     yield row
 
 
-def _stepwise_row(conversation: Conversation, verdicts: dict[int, Verdict]) -> ExportRow | None:
+def _stepwise_row(conversation: Conversation, verdicts: dict[int, Verdict], style: Style) -> ExportRow | None:
     steps = sorted(step for step in verdicts if step < conversation.num_steps)
     if not steps:
         return None
-    prompt, pieces = text_steps(conversation.messages)
+    prompt, pieces = step_pieces(conversation, style)
     completions, start = [], 0
     for step in steps:
-        completions.append("".join(pieces[start : step + 1]))
+        completions.append(_joined(pieces[start : step + 1], style))
         start = step + 1
     considered = [vote for step in steps for vote in verdicts[step].considered]
     label_ids = sorted(vote.label_id for vote in considered)
@@ -437,7 +442,29 @@ def _stepwise_row(conversation: Conversation, verdicts: dict[int, Verdict]) -> E
         "task_id": conversation.task_id,
         "source": "label",
     }
+    _add_tools(values, conversation, style)
     return ExportRow(values, "step_label", label_ids)
+
+
+def step_pieces(conversation: Conversation, style: Style) -> tuple[Any, list[Any]]:
+    """The prompt and one piece per step: piece ``i`` runs from the end of step ``i - 1``'s assistant message to
+    the end of step ``i``'s, so it holds what came back after step ``i - 1`` and step ``i``'s turn, and the prompt
+    followed by every piece is the conversation up to the last turn. Conversational: message lists; text: the
+    transcript cut at the same places (`turns.text_steps`)."""
+    if style == Style.TEXT:
+        return text_steps(conversation.messages)
+    ends = [start + 1 for start in conversation.step_starts]
+    starts = [conversation.prompt_length, *ends[:-1]]
+    return conversation.turns(0, conversation.prompt_length), [
+        conversation.turns(start, end) for start, end in zip(starts, ends, strict=True)
+    ]
+
+
+def _joined(pieces: list[Any], style: Style) -> Any:
+    """Consecutive pieces as one (an unlabelled step is merged into the next labelled one)."""
+    if style == Style.TEXT:
+        return "".join(pieces)
+    return [message for piece in pieces for message in piece]
 
 
 def intervention_step_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
@@ -454,10 +481,8 @@ def intervention_step_rows(project: Project, filters: ExportFilters) -> Iterator
             "annotator_id",
             "trajectory_id",
             "step__index",
-            "original_reasoning",
-            "original_action",
-            "corrected_reasoning",
-            "corrected_action",
+            "original_message",
+            "corrected_message",
         )
         .iterator(chunk_size=CHUNK_ROWS)
     )
@@ -467,9 +492,9 @@ def intervention_step_rows(project: Project, filters: ExportFilters) -> Iterator
             conversation = conversations.get(group[0][2])
             if conversation is None:  # deleted while the export ran
                 continue
-            prompt, pieces = text_steps(conversation.messages)
-            for label_id, annotator_id, _, step, orig_r, orig_a, new_r, new_a in group:
-                if conversation.num_steps <= step or format_decision(orig_r, orig_a) == format_decision(new_r, new_a):
+            prompt, pieces = step_pieces(conversation, filters.style)
+            for label_id, annotator_id, _, step, original, corrected in group:
+                if conversation.num_steps <= step or original == corrected:
                     continue
                 values = {
                     "prompt": prompt,
@@ -483,6 +508,7 @@ def intervention_step_rows(project: Project, filters: ExportFilters) -> Iterator
                     "task_id": conversation.task_id,
                     "source": "intervention",
                 }
+                _add_tools(values, conversation, filters.style)
                 yield ExportRow(values, "intervention", [label_id])
 
 
@@ -520,7 +546,8 @@ def unpaired_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRo
                 if desirable is not None:
                     votes.append(Vote(label_id, annotator_id, desirable))
             for verdict in aggregate(votes, filters.aggregate, filters.min_agreement):
-                prompt, completion = _styled(filters.style, conversation.messages[:2], conversation.messages[2:])
+                cut = conversation.prompt_length
+                prompt, completion = _styled(filters.style, conversation.turns(0, cut), conversation.turns(cut))
                 label_ids, annotator_ids = _provenance(verdict)
                 values = {
                     "prompt": prompt,
@@ -532,6 +559,7 @@ def unpaired_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRo
                     "trajectory_id": conversation.trajectory_id,
                     "task_id": conversation.task_id,
                 }
+                _add_tools(values, conversation, filters.style)
                 yield ExportRow(values, "rating", label_ids)
 
 
@@ -566,6 +594,7 @@ def sft_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
                 continue
             values = {
                 "messages": conversation.messages,
+                "tools": conversation.tools,
                 "source": "demonstration",
                 "step_index": None,
                 "annotator_ids": [],
@@ -585,8 +614,7 @@ def _intervention_demonstrations(project: Project, filters: ExportFilters) -> It
             "annotator_id",
             "trajectory_id",
             "step__index",
-            "corrected_reasoning",
-            "corrected_action",
+            "corrected_message",
             "takeover_actions",
             "child_trajectory_id",
             "child_trajectory__source",
@@ -596,22 +624,25 @@ def _intervention_demonstrations(project: Project, filters: ExportFilters) -> It
     batches = grouped_batches(rows, lambda row: row[2], BATCH_ITEMS)
     for batch, conversations in with_conversations(batches, _intervened_and_continued):
         for group in batch:
-            for label_id, annotator_id, trajectory_id, step, reasoning, action, takeover, child_id, child_src in group:
+            for label_id, annotator_id, trajectory_id, step, corrected, takeover, child_id, child_src in group:
                 child = conversations.get(child_id) if child_id is not None else None
                 if child is not None:
                     # The child holds the corrected step at `step`; a human-sourced child was played by hand
-                    # throughout, otherwise only the takeover steps were.
+                    # throughout, otherwise only the takeover steps were. The row ends at the last turn by hand.
                     by_hand = child.num_steps if child_src == TrajectorySource.HUMAN else step + 1 + len(takeover)
-                    messages = child.messages[: 1 + 2 * min(by_hand, child.num_steps)]
+                    by_hand = min(by_hand, child.num_steps)
+                    if by_hand == 0:
+                        continue
+                    messages = child.turns(0, child.step_starts[by_hand - 1] + 1)
                     conversation = child
                 else:
                     conversation = conversations[trajectory_id]
-                    prefix = conversation.messages[: 2 + 2 * step]
-                    messages = [*prefix, {"role": "assistant", "content": format_decision(reasoning, action)}]
-                if len(messages) < 3:
-                    continue
+                    if conversation.num_steps <= step:
+                        continue
+                    messages = [*conversation.turns(0, conversation.before_step(step)), corrected]
                 values = {
                     "messages": messages,
+                    "tools": conversation.tools,
                     "source": "takeover" if takeover or child_src == TrajectorySource.HUMAN else "intervention",
                     "step_index": step,
                     "annotator_ids": [annotator_id],
@@ -666,7 +697,13 @@ def critique_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRo
                 if field:
                     span_text = dict(zip(("observation", "reasoning", "action"), step_fields, strict=True))[field]
                     span_text = span_text[start:end]
-                shown = conversation.messages if step is None else conversation.messages[: 3 + 2 * step]
+                if step is not None and step >= conversation.num_steps:
+                    continue
+                shown = (
+                    conversation.messages
+                    if step is None
+                    else conversation.turns(0, conversation.step_starts[step] + 1)
+                )
                 request = f"{transcript(shown)}\n\n{critique_request(step, field, span_text)}"
                 prompt, completion = _styled(
                     filters.style,

@@ -54,8 +54,40 @@ def export_chunks(
     filters do not suit the kind."""
     rows = (tally or RowTally()).watch(export_rows(project, kind, filters))
     if fmt == ExportFormat.PARQUET:
-        return parquet_chunks((row.values for row in rows), export_schema(kind, filters.style, filters.ties))
+        schema = export_schema(kind, filters.style, filters.ties)
+        return parquet_chunks((parquet_values(row.values) for row in rows), schema)
     return jsonl_chunks(rows)
+
+
+MESSAGE_COLUMNS = ("prompt", "chosen", "rejected", "completion", "messages")
+
+
+def parquet_values(values: dict[str, Any]) -> dict[str, Any]:
+    """A row as its Parquet schema holds it (`schemas.py`): the tools as one JSON text, and tool-call arguments
+    given as a JSON object written as JSON text, the OpenAI form."""
+    if "tools" in values:
+        values = {**values, "tools": _encode(values["tools"])}
+    for name in MESSAGE_COLUMNS:
+        turns = values.get(name)
+        if isinstance(turns, list) and any(message.get("tool_calls") for message in turns):
+            values = {**values, name: [_message_for_parquet(message) for message in turns]}
+    completions = values.get("completions")
+    if isinstance(completions, list) and completions and isinstance(completions[0], list):
+        values = {**values, "completions": [[_message_for_parquet(m) for m in piece] for piece in completions]}
+    return values
+
+
+def _message_for_parquet(message: dict[str, Any]) -> dict[str, Any]:
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    written = []
+    for call in calls:
+        function = dict(call.get("function") or {})
+        if not isinstance(function.get("arguments", ""), str):
+            function["arguments"] = _encode(function["arguments"])
+        written.append({**call, "function": function})
+    return {**message, "tool_calls": written}
 
 
 def _json_default(value: Any) -> str:

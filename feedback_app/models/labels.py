@@ -266,16 +266,22 @@ class Intervention(LabelBase):
     policy continues from the corrected prefix in `child_trajectory`."""
 
     # The original step is part of what is labelled: a revision keeps it.
-    item_fields = ("trajectory", "step", "original_action", "original_reasoning")
-    content_fields = ("corrected_action", "corrected_reasoning", "takeover_actions", "reason")
+    item_fields = ("trajectory", "step", "original_action", "original_reasoning", "original_message")
+    content_fields = ("corrected_action", "corrected_reasoning", "corrected_message", "takeover_actions", "reason")
 
     trajectory = models.ForeignKey("feedback_app.Trajectory", on_delete=models.CASCADE, related_name="interventions")
     step = models.ForeignKey("feedback_app.Step", on_delete=models.CASCADE, related_name="interventions")
+    # The step's assistant message and the annotator's, verbatim (reward_models/conversation.py): what the exports
+    # pair. The action and reasoning fields are the same turns as the pages show them.
+    original_message = models.JSONField(default=dict, blank=True)
+    corrected_message = models.JSONField(default=dict, blank=True)
     original_action = models.TextField()
     original_reasoning = models.TextField(blank=True)
     corrected_action = models.TextField()
     corrected_reasoning = models.TextField(blank=True)
-    takeover_actions = models.JSONField(default=list, blank=True, help_text="Further steps played by hand.")
+    takeover_actions = models.JSONField(
+        default=list, blank=True, help_text="Further turns played by hand: actions, or assistant messages."
+    )
     reason = models.TextField(blank=True)
     child_trajectory = models.ForeignKey(
         "feedback_app.Trajectory", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -304,5 +310,6 @@ class Intervention(LabelBase):
     def clean(self) -> None:
         if self.step_id and self.step.trajectory_id != self.trajectory_id:
             raise ValidationError({"step": "The step belongs to another trajectory."})
-        if not isinstance(self.takeover_actions, list) or not all(isinstance(a, str) for a in self.takeover_actions):
-            raise ValidationError({"takeover_actions": "Must be a list of action strings."})
+        turns = self.takeover_actions
+        if not isinstance(turns, list) or not all(isinstance(turn, str | dict) for turn in turns):
+            raise ValidationError({"takeover_actions": "Must be a list of actions or assistant messages."})

@@ -167,6 +167,10 @@ class Trajectory(models.Model):
     outcome_return = models.FloatField(null=True, blank=True)
     oracle = models.JSONField(default=dict, blank=True, help_text="Hidden oracle facts, e.g. per-step correctness.")
     metadata = models.JSONField(default=dict, blank=True)
+    # The turn contract (reward_models/conversation.py): the messages before the agent's first turn, verbatim, and
+    # the tool schemas the agent was offered (OpenAI's {"type": "function", "function": {...}} form).
+    prompt = models.JSONField(default=list, blank=True, help_text="The messages before the agent's first turn.")
+    tools = models.JSONField(default=list, blank=True, help_text="The tool schemas the agent was offered.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -213,8 +217,20 @@ class Trajectory(models.Model):
 
 
 class Step(models.Model):
+    """One turn of the agent, verbatim: the assistant `message` it produced (its content and OpenAI-style
+    `tool_calls` as it wrote them; for a local policy, the decoded text of `token_ids`) and the `replies` that came
+    back (tool messages, or a user message with the next observation). `reward_models.conversation` turns a
+    trajectory's prompt and steps into its chat messages; every export and trainer reads them from there.
+
+    `observation` (the text the agent acted on), `reasoning`, `action` (what the environment did) and `tool_calls`
+    (the calls read from the message) are the same turn as the annotator pages show it and the environment played
+    it; nothing downstream rebuilds a turn from them."""
+
     trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="steps")
     index = models.PositiveIntegerField()
+    message = models.JSONField(default=dict, blank=True, help_text="The assistant message, verbatim.")
+    replies = models.JSONField(default=list, blank=True, help_text="The messages that came back after it.")
+    token_ids = models.JSONField(null=True, blank=True, help_text="The generated token ids, for a local policy.")
     observation = models.TextField(blank=True)
     reasoning = models.TextField(blank=True)
     action = models.TextField(blank=True)

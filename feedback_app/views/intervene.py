@@ -24,7 +24,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from feedback_app import labelling
 from feedback_app.access import get_project_for_member, sees_outcomes
-from feedback_app.interventions import legal_actions_at, replay_correction, task_spec
+from feedback_app.interventions import legal_actions_at, replay_correction, task_spec, turn_message
 from feedback_app.models import Intervention, Membership, Step, Trajectory
 from feedback_app.models.labels import InterventionStatus
 from feedback_app.views.steps import errors_by_field, step_or_404, trajectory_for_member
@@ -176,9 +176,9 @@ def _play(trajectory: Trajectory, step: Step, prefix: list[Step], params: QueryD
         results = replay_correction(
             env,
             task_spec(trajectory.task),
-            [earlier.action for earlier in prefix],
-            play.corrected_action,
-            play.takeover_actions,
+            [earlier.message for earlier in prefix],
+            turn_message(env, play.corrected_action),
+            [turn_message(env, action) for action in play.takeover_actions],
         )
     except ValidationError as exc:
         play.errors = errors_by_field(exc, PLAY_FIELDS)

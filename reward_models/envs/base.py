@@ -9,6 +9,18 @@ it does not, Tandem counts an episode with a positive total reward as a success.
 
 The oracle is hidden information (true return, per-step correctness). Only simulated annotators and evaluation may
 read it; the web side never shows it to annotators. Environments without one return ``None`` from ``oracle(task)``.
+
+Chat turns (``reward_models.conversation``): an agent's turn is an assistant message, and an environment may define
+how it reads one and what it answers, through three optional methods; `prompt_messages`, `message_action` and
+`reply_messages` below call them, or fall back to the text form:
+
+- ``prompt_messages(task, first_observation) -> list[message]``: the conversation before the agent's first turn
+  (default: the instruction as the system message, the first observation as the user's);
+- ``action_from_message(message) -> action``: what ``step`` is given for an assistant message (default: its text);
+- a ``StepResult`` whose ``info["messages"]`` holds the reply messages (tool messages answering the calls); without
+  it the reply is the observation as a user message.
+
+An environment whose tasks carry ``"tools"`` (OpenAI tool schemas) offers them to the agent: chat templates get them.
 """
 
 from __future__ import annotations
@@ -101,12 +113,13 @@ _PROTOCOL_METHODS = ("make_task", "eval_seeds", "reset", "step", "legal_actions"
 
 
 def replay(
-    env: Environment, task: dict[str, Any], actions: Sequence[str], *, strict: bool = True
+    env: Environment, task: dict[str, Any], actions: Sequence[Any], *, strict: bool = True
 ) -> tuple[str, list[StepResult]]:
     """Reset ``env`` to ``task`` and play ``actions``; returns the first observation and one result per action.
 
     With ``strict`` (how an annotator's intervention is validated: the original prefix and then the corrected action)
-    every action must be among ``legal_actions()`` at its turn. Without it, actions the environment treats as invalid
+    every action must be among ``legal_actions()`` at its turn, where the environment lists them (an open action
+    space lists none). Without it, actions the environment treats as invalid
     are played as the environment plays them, which is how a policy's own garbled turns are reproduced. Either way an
     action after the episode has ended is an error, and ``env`` is left at the state after the last action.
     """
@@ -115,8 +128,9 @@ def replay(
     for index, action in enumerate(actions):
         if results and results[-1].done:
             raise ValueError(f"action {index} ({action!r}) comes after the episode ended at step {index - 1}")
-        if strict and action not in env.legal_actions():
-            raise ValueError(f"action {index} ({action!r}) is not legal here; legal: {env.legal_actions()}")
+        legal = env.legal_actions() if strict else []
+        if legal and action not in legal:
+            raise ValueError(f"action {index} ({action!r}) is not legal here; legal: {legal}")
         results.append(env.step(action))
     return first_observation, results
 
@@ -138,3 +152,54 @@ def episode_success(total_reward: float, final_info: dict[str, Any]) -> bool:
     if "success" in final_info:
         return bool(final_info["success"])
     return total_reward > 0
+
+
+def prompt_messages(env: Environment, task: dict[str, Any], first_observation: str) -> list[dict[str, Any]]:
+    """The messages before the agent's first turn (see the module docstring)."""
+    make = getattr(env, "prompt_messages", None)
+    if make is not None:
+        return make(task, first_observation)
+    return [{"role": "system", "content": task["instruction"]}, {"role": "user", "content": first_observation}]
+
+
+def message_action(env: Environment, message: dict[str, Any]) -> Any:
+    """What ``env.step`` is given for an assistant message (see the module docstring). The message's tool calls
+    are given as its ``tool_calls`` field, wherever the agent wrote them (a Qwen-style model writes them into its
+    text); the message itself is not changed."""
+    from reward_models.conversation import message_tool_calls
+
+    calls = message_tool_calls(message)
+    if calls and not message.get("tool_calls"):
+        message = {**message, "tool_calls": calls}
+    read = getattr(env, "action_from_message", None)
+    if read is not None:
+        return read(message)
+    return message.get("content") or ""
+
+
+def reply_messages(result: StepResult) -> list[dict[str, Any]]:
+    """The messages an environment answered a turn with: its tool messages, or the observation as a user message."""
+    messages = result.info.get("messages")
+    if messages is not None:
+        return list(messages)
+    return [{"role": "user", "content": result.observation}]
+
+
+def task_tools(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool schemas a task offers (none for a text environment)."""
+    return list(task.get("tools") or [])
+
+
+def describe_message(env: Environment, message: dict[str, Any], calls: list[dict[str, Any]]) -> tuple[str, str]:
+    """``(reasoning, action)``: an assistant turn as the annotator pages show it. An environment may define
+    ``describe_message(message)``; by default a turn that calls tools shows its text as the reasoning and the calls
+    as the action, and any other turn is all action."""
+    describe = getattr(env, "describe_message", None)
+    if describe is not None:
+        return describe(message)
+    content = message.get("content") or ""
+    if not calls:
+        return "", content
+    from reward_models.conversation import assistant_text
+
+    return content, assistant_text({"tool_calls": calls})

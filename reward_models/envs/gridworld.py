@@ -178,6 +178,23 @@ class GridWorld:
     def legal_actions(self) -> list[str]:
         return list(ACTIONS)
 
+    def action_from_message(self, message: dict[str, Any]) -> str:
+        """The move an assistant turn makes. Gridworld policies write ``<reasoning> ; action <move>``
+        (``reward_models.policy.turns.format_decision``); the move is what follows the last word ``action``."""
+        return self.describe_message(message)[1]
+
+    def message_for_action(self, action: str, reasoning: str = "") -> dict[str, Any]:
+        """A move written the way gridworld policies write their turns."""
+        from reward_models.policy.turns import format_decision
+
+        return {"role": "assistant", "content": format_decision(reasoning, action)}
+
+    def describe_message(self, message: dict[str, Any]) -> tuple[str, str]:
+        """``(reasoning, move)`` of an assistant turn written ``<reasoning> ; action <move>``."""
+        from reward_models.policy.turns import parse_decision
+
+        return parse_decision(message.get("content") or "")
+
     def render(self, observation: str) -> dict[str, Any]:
         return {"kind": "grid", "rows": parse_observation(observation), "text": observation}
 

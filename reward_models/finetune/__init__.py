@@ -2,5 +2,5 @@
 
 Every trainer has a dataclass config (``common.PolicyTrainConfig`` and its subclasses), a ``main(config, reporter)``
 and a command line (``python -m reward_models.finetune.<trainer> --help``). The loss only ever covers the policy's
-own tokens, its reasoning and action: observations are prompt tokens (``common.turn_encodings``).
+own tokens, its assistant turns: observations and tool results are prompt tokens (``turns.encode_conversation``).
 """

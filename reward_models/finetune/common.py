@@ -1,12 +1,13 @@
 """What every policy trainer shares: the config, loading a policy to train, per-turn encodings with the observation
 mask, log-probabilities, held-out evaluation, accelerate checkpoints, and the saved policy directory.
 
-The observation mask. A trajectory is a conversation, and the policy only ever writes the assistant turns. Every
-trainer scores a trajectory turn by turn: turn ``i`` is encoded as the prompt the policy saw before it (instruction,
-the history its window shows, observation ``i``: ``turns.turn_messages``) and the completion it wrote, exactly as
-``LocalCausalLMPolicy`` generated it. ``pad_turns`` marks the completion tokens, and ``token_logprobs`` keeps the
-log-probabilities of those tokens only, so observation, instruction and padding tokens are context, never targets:
-no loss is taken on them and no gradient reaches their logits.
+The observation mask. A trajectory is a conversation (`reward_models.conversation`), and the policy only ever writes
+the assistant turns. Every trainer scores a trajectory turn by turn: turn ``i`` is encoded as the prompt the policy
+saw before it (the conversation so far through its history window, rendered by its chat template with the task's
+tools: `turns.encode_conversation`) and the assistant message it wrote, exactly as ``LocalCausalLMPolicy``
+generated it (its token ids, where a rollout kept them). ``pad_turns`` marks the completion tokens, and
+``token_logprobs`` keeps the log-probabilities of those tokens only, so instruction, observation, tool-result and
+padding tokens are context, never targets: no loss is taken on them and no gradient reaches their logits.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ from reward_models.common import (
     resolve_precision,
     write_manifest,
 )
+from reward_models.conversation import Conversation, Message, build_conversation, split_conversation
 from reward_models.envs.base import Environment, load_environment, training_seeds
 from reward_models.policy.model import read_policy_settings, save_policy
-from reward_models.policy.turns import Message, Turn, TurnEncoding, encode_turns, turn_messages
+from reward_models.policy.turns import TurnEncoding, encode_conversation
 
 if TYPE_CHECKING:
     import torch
@@ -284,44 +286,30 @@ def evaluate_base(
 # --- turns, padding and log-probabilities ------------------------------------------------------------------------
 
 
-def conversation_turns(messages: Sequence[Message]) -> tuple[str, list[Turn]]:
-    """An exported conversation (system, user, assistant, user, assistant, ...) as the instruction and its turns.
-    A last user message without an answer (the observation after the final step) is dropped."""
-    if not messages or messages[0].get("role") != "system":
-        raise ValueError("a conversation must start with the system message (the task instruction)")
-    turns = []
-    for index in range(1, len(messages) - 1, 2):
-        user, assistant = messages[index], messages[index + 1]
-        if user.get("role") != "user" or assistant.get("role") != "assistant":
-            roles = f"{user.get('role')!r}, {assistant.get('role')!r}"
-            raise ValueError(f"messages {index} and {index + 1} must be user then assistant, got {roles}")
-        turns.append(Turn(observation=user["content"], response=assistant["content"]))
-    return messages[0]["content"], turns
+def row_conversation(messages: Sequence[Message]) -> Conversation:
+    """An exported message list as a trajectory conversation: the messages before the first assistant message are
+    its prompt, and each assistant message starts a step (`conversation.split_conversation`)."""
+    return build_conversation(*split_conversation(messages))
 
 
-def turn_encodings(
-    tokenizer: PreTrainedTokenizerBase,
-    instruction: str,
-    turns: Sequence[Turn],
-    history_window: int | None,
-    start: int = 0,
-) -> list[TurnEncoding]:
-    """For each turn from `start`, the prompt the policy saw before it and the completion it wrote."""
-    conversations = [
-        turn_messages(instruction, turns[:index], turns[index].observation, history_window)
-        for index in range(start, len(turns))
-    ]
-    return encode_turns(tokenizer, conversations, [turn.response for turn in turns[start:]])
+def is_messages(value: Any) -> bool:
+    """Whether `value` is a list of chat messages (dicts with a role), as a conversational export writes them."""
+    return isinstance(value, list) and all(isinstance(message, dict) and "role" in message for message in value)
+
+
+def prompt_steps(prompt: Sequence[Message]) -> int:
+    """How many of a conversation's steps a row's prompt already holds (its assistant messages)."""
+    return sum(message.get("role") == "assistant" for message in prompt)
 
 
 def episode_encodings(
     tokenizer: PreTrainedTokenizerBase, episode: Episode, history_window: int | None
 ) -> list[TurnEncoding]:
-    """`turn_encodings` of a rollout's episode, with each completion as the token ids generation produced where
-    the step kept them (decoding and re-encoding a sampled completion need not give the same tokens back: a
-    special token the text drops, for one)."""
-    turns = [Turn(observation=step.observation, response=step.text) for step in episode.steps]
-    encodings = turn_encodings(tokenizer, episode.task["instruction"], turns, history_window)
+    """Every turn of a rollout's episode as the policy saw it (`turns.encode_conversation`, with the episode's
+    tools) and wrote it: each completion is the token ids generation produced where the step kept them (decoding
+    and re-encoding a sampled completion need not give the same tokens back: a special token the text drops, for
+    one)."""
+    encodings = encode_conversation(tokenizer, episode.conversation(), episode.tools or None, history_window)
     return [
         TurnEncoding(encoding.prompt_ids, list(step.token_ids)) if step.token_ids else encoding
         for encoding, step in zip(encodings, episode.steps, strict=True)

@@ -3,17 +3,18 @@
 Two levels (``level``):
 
 - ``step``: `step_preference` rows (an intervention's correction over the original step, or two branches of one
-  tree), through TRL's `DPOTrainer`. A row is a shared prefix (the conversation up to the observation of the step
-  where the two sides part), then the chosen and the rejected step. The prompt is exactly the policy's own turn
-  prompt (`common.turn_encodings`: the instruction, the history its window shows, the observation) and each
-  completion is the step as the policy writes it, closed by end-of-sequence: the pairs reach `DPOTrainer` already
-  tokenized, so what is trained is token for token what the policy generates. Where a side continues past the step
-  (a branch comparison), only the step where they part is trained at this level.
+  tree), through TRL's `DPOTrainer`. A row is a shared prefix (every message before the assistant message of the
+  step where the two sides part), then the chosen and the rejected assistant message. The prompt is exactly the
+  policy's own turn prompt (`turns.encode_conversation`: the conversation so far through its history window,
+  rendered by its chat template with the row's tools) and each completion is the step as the policy writes it,
+  closed by end-of-sequence: the pairs reach `DPOTrainer` already tokenized, so what is trained is token for token
+  what the policy generates. Where a side continues past the step (a branch comparison), only the step where they
+  part is trained at this level.
 - ``trajectory``: whole-trajectory `preference` rows (or `step_preference` rows with multi-turn continuations),
   through our own `accelerate` loop, since a trajectory is not one prompt and one completion: a side's
   log-probability is the sum over its turns of the completion log-probabilities (`common.completion_logprobs` over
-  `common.turn_encodings`), and the observations between the turns are prompts, never targets. Turns of a shared
-  prefix would cancel out of the DPO margin, so only the turns after it are scored.
+  `turns.encode_conversation`), and the observations and tool results between the turns are prompts, never
+  targets. Turns of a shared prefix would cancel out of the DPO margin, so only the turns after it are scored.
 
 What makes DPO on intervention pairs help rather than hurt, measured on the bootstrapped gridworld policy (47 %
 greedy, 52 % sampled success on the 200 held-out tasks) with 859 oracle interventions on its own sampled rollouts of
@@ -28,8 +29,10 @@ greedy, 52 % sampled success on the 200 held-out tasks) with 859 oracle interven
   (the defaults), 52.5 % / 64 % without. SFT on the same corrections alone gives 46.5 % / 62.5 %.
 
 So by default the pairs are balanced per action (``balance="action"``: every action is chosen as often as it is
-rejected, so no action is learnt to be bad everywhere), an SFT term on the chosen step is added (``sft_weight``;
-TRL's ``"sft"`` loss beside ``"sigmoid"``), the learning rate is 1e-4 and β 0.5, for at most two epochs.
+rejected, so no action is learnt to be bad everywhere; `balance_by_action` says how), an SFT term on the chosen step
+is added (``sft_weight``; TRL's ``"sft"`` loss beside ``"sigmoid"``), the learning rate is 1e-4 and β 0.5, for at
+most two epochs. The summary's metrics say how many pairs were used and how many were dropped, and why (ties, and
+pairs balancing left out).
 
 Defaults suit the tiny gridworld policy on 2 CPU cores (about 100 steps: 2-3 minutes). For a 0.5-8B model on a GPU::
 
@@ -48,6 +51,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import shutil
@@ -55,7 +59,6 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import permutations
 from typing import TYPE_CHECKING, Any
 
 from reward_models.common import (
@@ -67,33 +70,38 @@ from reward_models.common import (
     cli,
     read_rows,
     require,
+    row_tools,
     rows_error,
     seed_everything,
     trained_model,
     trainer_callback,
 )
+from reward_models.conversation import Message, message_tool_calls
+from reward_models.envs.base import Environment, message_action
 from reward_models.finetune.common import (
     PolicyTrainConfig,
-    conversation_turns,
+    environment_factory,
     evaluate_base,
     final_metrics,
     finished_policy,
+    is_messages,
     load_policy_model,
     lora_config,
     make_accelerator,
     out_of_time,
     pad_turns,
     process_share,
+    prompt_steps,
     resume_loop_checkpoint,
+    row_conversation,
     save_loop_checkpoint,
     save_trained_policy,
     token_logprobs,
     train_with_resume,
     trainer_time_limit,
     trl_arguments,
-    turn_encodings,
 )
-from reward_models.policy.turns import Message, TurnEncoding, parse_decision
+from reward_models.policy.turns import TurnEncoding, encode_conversation
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -123,7 +131,7 @@ class DPOConfig(PolicyTrainConfig):
         default="action",
         metadata={
             "choices": BALANCES,
-            "help": "action: keep the largest subset found in which every action is as often chosen as rejected "
+            "help": "action: keep a subset in which every action seen more than once is as often chosen as rejected "
             "(step level); none: every pair.",
         },
     )
@@ -157,12 +165,34 @@ class DPOConfig(PolicyTrainConfig):
 @dataclass
 class PreferencePair:
     """One row as turns: the chosen and the rejected side's turns after the shared prefix, each as the policy saw
-    and wrote it. At the step level each side holds one turn."""
+    and wrote it. At the step level each side holds one turn. The actions (`action_key`) are what balancing counts."""
 
     chosen: list[TurnEncoding]
     rejected: list[TurnEncoding]
     chosen_action: str
     rejected_action: str
+
+
+def action_key(env: Environment, message: Message) -> str:
+    """What a turn did, as text, for balancing: its tool calls (names and arguments, whatever the reasoning around
+    them and whatever their ids) where it makes any, else what the environment plays for it (the gridworld's move;
+    an environment that reads messages no other way plays their text)."""
+    calls = message_tool_calls(message)
+    if calls:
+        return json.dumps([_call_key(call) for call in calls], sort_keys=True, ensure_ascii=False)
+    action = message_action(env, message)
+    return action.strip() if isinstance(action, str) else json.dumps(action, sort_keys=True, default=str)
+
+
+def _call_key(call: dict[str, Any]) -> list[Any]:
+    function = call.get("function", call)
+    arguments = function.get("arguments", "")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            pass
+    return [function.get("name", ""), arguments]
 
 
 def row_problems(rows: Sequence[dict[str, Any]], config: DPOConfig) -> dict[int, str]:
@@ -176,19 +206,19 @@ def _row_problem(row: dict[str, Any], level: str) -> str | None:
         return None
     for key in ("prompt", "chosen", "rejected"):
         value = row.get(key)
-        if not isinstance(value, list) or not value or not all(isinstance(m, dict) for m in value):
+        if not value or not is_messages(value):
             return f"{key!r} must be a non-empty list of messages (export the conversational style)"
-    if row["prompt"][-1].get("role") != "user":
+    if row["prompt"][-1].get("role") not in ("user", "tool"):
         return (
-            "the prompt must end with an observation (a user message); a trajectory-level pair needs both sides to "
-            "start from the same first observation"
+            "the prompt must end with an observation (a user or tool message); a trajectory-level pair needs both "
+            "sides to start from the same first observation"
         )
     for key in ("chosen", "rejected"):
         if row[key][0].get("role") != "assistant":
             return f"{key!r} must start with an assistant message"
     try:
         for side in _sides(row, level):
-            conversation_turns(row["prompt"] + side)
+            row_conversation(row["prompt"] + side)
     except ValueError as exc:
         return str(exc)
     return None
@@ -206,9 +236,11 @@ def preference_pairs(
     tokenizer: PreTrainedTokenizerBase,
     history_window: int | None,
     level: str,
+    env: Environment,
 ) -> list[PreferencePair]:
-    """The rows' pairs, encoded turn by turn. Ties (``tie: true``) are no preference and are left out; rows that are
-    not conversational pairs are a `ConfigError` on ``data_path`` naming every one of them (`row_problems`)."""
+    """The rows' pairs, encoded turn by turn with each row's tools; `env` reads the actions. Ties (``tie: true``)
+    are no preference and are left out; rows that are not conversational pairs are a `ConfigError` on
+    ``data_path`` naming every one of them (`row_problems`)."""
     if problems := bad_rows(rows, lambda row: _row_problem(row, level)):
         raise rows_error(problems, len(rows))
     pairs = []
@@ -216,49 +248,75 @@ def preference_pairs(
         if row.get("tie"):
             continue
         prompt, (chosen, rejected) = list(row["prompt"]), _sides(row, level)
-        sides = [conversation_turns(prompt + side)[1] for side in (chosen, rejected)]
-        instruction = prompt[0]["content"]
-        start = (len(prompt) - 2) // 2  # the prompt is the instruction, then answered turns, then an observation
-        encoded = [turn_encodings(tokenizer, instruction, turns, history_window, start) for turns in sides]
+        start, tools = prompt_steps(prompt), row_tools(row)
+        encoded = [
+            encode_conversation(tokenizer, row_conversation(prompt + side), tools, history_window, start)
+            for side in (chosen, rejected)
+        ]
         pairs.append(
             PreferencePair(
                 chosen=encoded[0],
                 rejected=encoded[1],
-                chosen_action=parse_decision(chosen[0]["content"])[1],
-                rejected_action=parse_decision(rejected[0]["content"])[1],
+                chosen_action=action_key(env, chosen[0]),
+                rejected_action=action_key(env, rejected[0]),
             )
         )
     return pairs
 
 
 def balance_by_action(pairs: Sequence[PreferencePair], seed: int) -> list[PreferencePair]:
-    """A subset of `pairs` in which every action is chosen exactly as often as it is rejected.
+    """A subset of `pairs` in which every action seen more than once is chosen exactly as often as it is rejected,
+    so that DPO learns no action to be good, or bad, everywhere.
 
-    Pairs are edges chosen -> rejected between actions, and a balanced subset is a circulation: it is built by
-    taking cycles (a -> a, a -> b -> a, a -> b -> c -> a, ...) as often as the remaining pairs allow, the shortest
-    first. Which pairs of an edge are kept is drawn with `seed`. Pairs whose rejected step is not one the policy
-    could have been corrected towards (garbled text) sit on no cycle and are left out too."""
+    Pairs are edges chosen -> rejected between actions, and a balanced subset is a circulation: a union of cycles
+    (a -> a, a -> b -> a, a -> b -> c -> a, ...). An action that occurs once in all the pairs (a free-text answer,
+    a tool call with arguments no other turn repeats) is one judgement of one state, not a habit to unlearn: all such
+    actions are one node that need not balance, so a pair of two of them is kept as it is, and a pair whose
+    rejected turn is a one-off (garbled text) is kept only where the same action is also preferred over one.
+
+    The cycles are peeled off in one depth-first walk over the edges (time linear in the number of pairs and
+    actions): follow unused edges from action to action; an edge that comes back to an action on the current path
+    closes a cycle, whose edges are kept; an action with no unused edge left is a dead end, and the edge that led to
+    it lies on no cycle of the remaining edges, so it is dropped. What is dropped holds no cycle, so no balanced
+    pairs could be added back: the subset is maximal, though not always the largest one. The order of the walk, and
+    so which pairs of an edge are kept, is drawn with `seed`."""
     rng = random.Random(seed)
-    edges: dict[tuple[str, str], list[int]] = {}
+    occurrences = Counter(action for pair in pairs for action in (pair.chosen_action, pair.rejected_action))
+
+    def node(action: str) -> str | None:
+        return action if occurrences[action] > 1 else None  # None: every one-off action
+
+    heads = [node(pair.rejected_action) for pair in pairs]
+    outgoing: dict[str | None, list[int]] = {}
     for index, pair in enumerate(pairs):
-        edges.setdefault((pair.chosen_action, pair.rejected_action), []).append(index)
-    for indices in edges.values():
-        rng.shuffle(indices)
-    left = Counter({edge: len(indices) for edge, indices in edges.items()})
-    kept: Counter[tuple[str, str]] = Counter()
-    chosen_side = {a for a, _ in edges}
-    nodes = sorted(chosen_side & {b for _, b in edges})
-    for length in range(1, len(nodes) + 1):
-        for cycle in permutations(nodes, length):
-            if cycle[0] != min(cycle):  # each cycle once, from its smallest action
+        outgoing.setdefault(node(pair.chosen_action), []).append(index)
+    for edges in outgoing.values():
+        rng.shuffle(edges)
+    starts = list(outgoing)
+    rng.shuffle(starts)
+    kept: list[int] = []
+    for start in starts:
+        path, path_edges, on_path = [start], [], {start: 0}
+        while path:
+            edges = outgoing.get(path[-1], [])
+            if not edges:  # a dead end: the edge that led here is on no cycle
+                del on_path[path.pop()]
+                if path_edges:
+                    path_edges.pop()
                 continue
-            ring = list(zip(cycle, cycle[1:] + cycle[:1], strict=True))
-            times = min(left[edge] for edge in ring)
-            for edge in ring:
-                left[edge] -= times
-                kept[edge] += times
-    chosen = sorted(index for edge, indices in edges.items() for index in indices[: kept[edge]])
-    return [pairs[index] for index in chosen]
+            edge = edges.pop()
+            head = heads[edge]
+            if head in on_path:  # back on the path: the edges from `head` on close a cycle
+                at = on_path[head]
+                kept += path_edges[at:] + [edge]
+                for action in path[at + 1 :]:
+                    del on_path[action]
+                del path[at + 1 :], path_edges[at:]
+            else:
+                on_path[head] = len(path)
+                path.append(head)
+                path_edges.append(edge)
+    return [pairs[index] for index in sorted(kept)]
 
 
 def action_counts(pairs: Sequence[PreferencePair]) -> dict[str, dict[str, int]]:
@@ -271,8 +329,9 @@ def pair_counts(rows: Sequence[dict[str, Any]], config: DPOConfig) -> dict[str, 
     """What a run with `config` makes of `rows`, before it loads a model (`row_problems` must find none): ``rows``,
     ``ties`` (no preference, left out), ``pairs``, ``unbalanced`` (left out by ``balance="action"``), ``used`` and
     the optimiser ``steps`` they make. `main` reports the same counts."""
+    env = environment_factory(config)()
     pairs = [
-        PreferencePair([], [], parse_decision(chosen[0]["content"])[1], parse_decision(rejected[0]["content"])[1])
+        PreferencePair([], [], action_key(env, chosen[0]), action_key(env, rejected[0]))
         for row in rows
         if not row.get("tie")
         for chosen, rejected in [_sides(row, config.level)]
@@ -325,7 +384,7 @@ def main(config: DPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     rows = read_rows(config.data_path)
     loaded = load_policy_model(config.policy_path)
     tokenizer, settings = loaded.tokenizer, loaded.settings
-    pairs = preference_pairs(rows, tokenizer, settings["history_window"], config.level)
+    pairs = preference_pairs(rows, tokenizer, settings["history_window"], config.level, environment_factory(config)())
     available = len(pairs)
     pairs = _balanced(pairs, config)
     counts = _counts(len(rows), available, len(pairs), config)
@@ -344,7 +403,7 @@ def main(config: DPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         )
     train_seconds = time.monotonic() - started
 
-    metrics = final_metrics(model, tokenizer, settings, config, base, training)
+    metrics = {**final_metrics(model, tokenizer, settings, config, base, training), **counts}
     summary = {
         "metrics": metrics,
         "labels_used": len(pairs),

@@ -1,15 +1,18 @@
 """GRPO or RLOO for single-turn projects, through TRL's `GRPOTrainer` / `RLOOTrainer`, with a reward model as the
 reward function.
 
-A single-turn task is one prompt (the instruction and one observation, as the policy sees it: ``turn_messages``)
-and one completion (the policy's decision). TRL samples ``num_generations`` completions per prompt, scores each
-with `RewardModelReward` (prompt + completion through ``reward_models.reward.load_reward_model``: the reward model's
-own chat template and its members' mean reward), and updates the policy with group-relative advantages (GRPO) or
-leave-one-out baselines (RLOO). Only completion tokens are in TRL's loss; the prompt is context.
+A single-turn task is one prompt (the messages before the agent's first turn, with the task's tools) and one
+completion (the policy's assistant turn). Each prompt reaches TRL already rendered by the policy's chat template with
+its own tools (`text_prompt`; TRL's own rendering would give every prompt one list of tools), TRL samples
+``num_generations`` completions per prompt and trains on exactly the tokens it sampled, `RewardModelReward` scores
+each (the prompt's messages + the completion as an assistant message, through
+``reward_models.reward.load_reward_model``: the reward model's own chat template, the same tools, its members' mean
+reward), and the policy is updated with group-relative advantages (GRPO) or leave-one-out baselines (RLOO). Only
+completion tokens are in TRL's loss; the prompt is context.
 
-Prompts come from ``data_path`` (any exported rows with a ``prompt`` column, e.g. the preference export the reward
-model was trained on: each distinct prompt once) or, when it is empty, from the environment: the first observation
-of ``train_prompts`` training tasks (never a held-out one).
+Prompts come from ``data_path`` (any exported conversational rows with a ``prompt`` column, e.g. the preference
+export the reward model was trained on: each distinct prompt, with its row's ``tools``, once) or, when it is empty,
+from the environment: the prompt of ``train_prompts`` training tasks (never a held-out one).
 
 After training, the policy is evaluated on the held-out tasks: multi-turn success (``common.evaluate_policy``) and,
 when the environment has an oracle, the single-turn figure itself: the share of held-out first observations whose
@@ -52,10 +55,13 @@ from reward_models.common import (
     read_rows,
     require,
     resolve_precision,
+    row_tools,
     trained_model,
     trainer_callback,
     trainer_precision_args,
 )
+from reward_models.conversation import Message
+from reward_models.envs.base import message_action, prompt_messages, task_tools
 from reward_models.finetune.common import (
     PolicyTrainConfig,
     environment_factory,
@@ -67,7 +73,7 @@ from reward_models.finetune.common import (
     success_gain,
     train_seeds_tasks,
 )
-from reward_models.policy.turns import Message, format_decision, turn_messages
+from reward_models.policy.turns import render_prompt
 
 KIND = "policy"
 ALGORITHMS = ("grpo", "rloo")
@@ -124,7 +130,9 @@ class GRPOConfig(PolicyTrainConfig):
 
 
 class RewardModelReward:
-    """A TRL reward function: the reward model's score of each prompt + completion (conversational or text)."""
+    """A TRL reward function: the reward model's score of each prompt (its messages and tools, the dataset's
+    ``conversation`` and ``tools`` columns, as JSON text) followed by the sampled completion as an assistant
+    message."""
 
     def __init__(self, path: str | Path, device: str | None = None) -> None:
         from reward_models.reward import load_reward_model
@@ -132,32 +140,72 @@ class RewardModelReward:
         self.model = load_reward_model(path, device)
         self.__name__ = "reward_model"
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        scores, _ = self.model.score(list(prompts), list(completions))
+    def __call__(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[str],
+        *,
+        conversation: Sequence[str],
+        tools: Sequence[str],
+        **_,
+    ) -> list[float]:
+        scores, _ = self.model.score(
+            [json.loads(prompt) for prompt in conversation],
+            [[{"role": "assistant", "content": completion}] for completion in completions],
+            [json.loads(offered) or None for offered in tools],
+        )
         return scores
 
 
 # --- prompts -----------------------------------------------------------------------------------------------------
 
+Prompt = tuple[list[Message], list[dict[str, Any]] | None]  # the messages before the first turn, and the tools
 
-def environment_prompts(config: PolicyTrainConfig, tasks: Sequence[dict[str, Any]], history_window: int | None):
-    """The conversation the policy sees before its first decision on each task."""
+
+def environment_prompts(config: PolicyTrainConfig, tasks: Sequence[dict[str, Any]]) -> list[Prompt]:
+    """What the policy sees before its first turn on each task: the environment's prompt and the task's tools."""
     env = environment_factory(config)()
-    return [turn_messages(task["instruction"], [], env.reset(task), history_window) for task in tasks]
+    return [(prompt_messages(env, task, env.reset(task)), task_tools(task) or None) for task in tasks]
 
 
-def data_prompts(rows: Sequence[dict[str, Any]]) -> list[Any]:
-    """Each distinct ``prompt`` of exported rows, in first-seen order."""
+def data_prompts(rows: Sequence[dict[str, Any]]) -> list[Prompt]:
+    """Each distinct ``prompt`` of exported conversational rows, with the row's tools, in first-seen order."""
     seen, prompts = set(), []
     for number, row in enumerate(rows, start=1):
         prompt = row.get("prompt")
-        if not prompt:
-            raise ConfigError("data_path", f"row {number} has no 'prompt'")
-        key = json.dumps(prompt, sort_keys=True)
+        if not isinstance(prompt, list) or not prompt:
+            raise ConfigError("data_path", f"row {number}: 'prompt' must be a non-empty list of messages")
+        tools = row_tools(row)
+        key = json.dumps([prompt, tools], sort_keys=True)
         if key not in seen:
             seen.add(key)
-            prompts.append(prompt)
+            prompts.append((prompt, tools))
     return prompts
+
+
+def text_prompt(tokenizer: Any, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None) -> str:
+    """The prompt as TRL gets it: rendered by the policy's chat template with its own tools, ending where the
+    answer starts. TRL tokenizes a text prompt with the tokenizer's special tokens, so a <bos> the template writes
+    is left to the tokenizer where it adds one itself."""
+    text = render_prompt(tokenizer, messages, tools)
+    bos = tokenizer.bos_token
+    if bos and text.startswith(bos) and tokenizer("")["input_ids"][:1] == [tokenizer.bos_token_id]:
+        return text[len(bos) :]
+    return text
+
+
+def prompt_dataset(tokenizer: Any, prompts: Sequence[Prompt]) -> Any:
+    """The `datasets.Dataset` TRL samples from: ``prompt`` (`text_prompt`), and the messages and tools the reward
+    function reads, as JSON text."""
+    from datasets import Dataset
+
+    return Dataset.from_dict(
+        {
+            "prompt": [text_prompt(tokenizer, messages, tools) for messages, tools in prompts],
+            "conversation": [json.dumps(messages, ensure_ascii=False) for messages, _ in prompts],
+            "tools": [json.dumps(tools or [], ensure_ascii=False) for _, tools in prompts],
+        }
+    )
 
 
 def first_step_accuracy(
@@ -174,7 +222,7 @@ def first_step_accuracy(
     oracles = [env.oracle(task) for task in tasks]
     if any(oracle is None for oracle in oracles):
         return {}
-    prompts = environment_prompts(config, tasks, settings["history_window"])
+    prompts = environment_prompts(config, tasks)
     padding_side = tokenizer.padding_side
     policy = LocalCausalLMPolicy.from_model(
         model, tokenizer, history_window=settings["history_window"], max_new_tokens=settings["max_new_tokens"]
@@ -182,8 +230,17 @@ def first_step_accuracy(
     figures = {}
     try:
         for mode, greedy in (("greedy", True), ("sampled", False)):
-            decisions = policy.act(prompts, greedy=greedy, temperature=config.eval_temperature, seed=seed)
-            right = [d.action in oracle.best_actions([]) for d, oracle in zip(decisions, oracles, strict=True)]
+            decisions = policy.act(
+                [messages for messages, _ in prompts],
+                tools=[tools for _, tools in prompts],
+                greedy=greedy,
+                temperature=config.eval_temperature,
+                seed=seed,
+            )
+            right = [
+                message_action(env, decision.message) in oracle.best_actions([])
+                for decision, oracle in zip(decisions, oracles, strict=True)
+            ]
             figures[f"{mode}_first_step_accuracy"] = sum(right) / len(right)
     finally:
         tokenizer.padding_side = padding_side
@@ -217,26 +274,26 @@ def first_step_preference_rows(
         best = env.oracle(task).best_actions([])
         worse = [action for action in ACTIONS if action not in best]
         reasoning = goal_reasoning(observation)
-        prompt: list[Message] = turn_messages(task["instruction"], [], observation, 0)
+        prompt = prompt_messages(env, task, observation)
         pairs = []
         for _ in range(pairs_per_task):
             good, bad = rng.choice(best), rng.choice(worse)
-            pairs.append((format_decision(reasoning, good), format_decision(reasoning, bad)))
+            pairs.append((env.message_for_action(good, reasoning), env.message_for_action(bad, reasoning)))
         for _ in range(malformed_per_task):
             good = rng.choice(best)
-            pairs.append(
-                (format_decision(reasoning, good), rng.choice([reasoning, f"{reasoning} ; {rng.choice(ACTIONS)}"]))
-            )
+            malformed = rng.choice([reasoning, f"{reasoning} ; {rng.choice(ACTIONS)}"])
+            pairs.append((env.message_for_action(good, reasoning), {"role": "assistant", "content": malformed}))
         for chosen, rejected in pairs:
             rows.append(
                 {
                     "prompt": prompt,
-                    "chosen": [{"role": "assistant", "content": chosen}],
-                    "rejected": [{"role": "assistant", "content": rejected}],
+                    "chosen": [chosen],
+                    "rejected": [rejected],
                     "margin": 1.0,
                     "task_id": task_seed,
                     "tie": False,
                     "pair_type": "one_succeeded",
+                    "tools": task_tools(task),
                 }
             )
     return rows
@@ -249,7 +306,6 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
     """Train the policy with TRL's GRPO or RLOO against the reward model, evaluate it before and after, and write
     the policy directory to `config.output_dir`; returns the summary (also kept in the manifest)."""
     import torch
-    from datasets import Dataset
     from transformers import TrainerState
     from transformers.trainer_callback import PrinterCallback
 
@@ -265,9 +321,7 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
     if config.data_path:
         prompts = data_prompts(read_rows(config.data_path))
     else:
-        prompts = environment_prompts(
-            config, train_seeds_tasks(config, config.train_prompts), settings["history_window"]
-        )
+        prompts = environment_prompts(config, train_seeds_tasks(config, config.train_prompts))
     # The human labels behind this run are the comparisons the reward model learned from.
     labels_used = int((read_manifest(config.reward_model_path).get("summary") or {}).get("train_samples") or 0)
     if not prompts:
@@ -325,7 +379,7 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
         model=policy.model,
         reward_funcs=reward,
         args=TRLConfig(**common_args),
-        train_dataset=Dataset.from_dict({"prompt": prompts}),
+        train_dataset=prompt_dataset(tokenizer, prompts),
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=[trainer_callback(reporter)],

@@ -1,11 +1,12 @@
 """Kahneman-Tversky optimisation (KTO) of a policy from unpaired ratings and thumbs, turn by turn.
 
-The data is the `unpaired` export: ``prompt`` (the instruction and the first observation), ``completion`` (the rest
-of the trajectory: decisions and the observations between them) and ``label`` (desirable or not). A trajectory is
-not one completion, so each of its assistant turns is one KTO example with the trajectory's label and its own prompt:
-the prompt the policy sees before that turn (`common.turn_encodings`), and the decision it wrote, closed by
-end-of-sequence. The examples reach TRL's `KTOTrainer` already tokenized, so the loss covers the policy's tokens
-only; observations are prompts and get none.
+The data is the `unpaired` export: ``prompt`` (the trajectory's prompt: the task and what the agent saw first),
+``completion`` (the rest of the trajectory: its turns and what came back after each), ``tools`` and ``label``
+(desirable or not). A trajectory is not one completion, so each of its assistant turns is one KTO example with the
+trajectory's label and its own prompt: the prompt the policy sees before that turn (`turns.encode_conversation`, with
+the row's tools), and the assistant message it wrote, closed by end-of-sequence. The examples reach TRL's
+`KTOTrainer` already tokenized, so the loss covers the policy's tokens only; observations and tool results are
+prompts and get none.
 
 KTO's reference point is a KL estimate from mismatched turns (each turn's decision scored after another turn's
 prompt), built within each batch as TRL builds it; TRL needs a fixed order for that, so the turns are shuffled once
@@ -52,6 +53,7 @@ from reward_models.common import (
     cli,
     read_rows,
     require,
+    row_tools,
     rows_error,
     seed_everything,
     trained_model,
@@ -59,18 +61,20 @@ from reward_models.common import (
 )
 from reward_models.finetune.common import (
     PolicyTrainConfig,
-    conversation_turns,
     evaluate_base,
     final_metrics,
     finished_policy,
+    is_messages,
     load_policy_model,
     lora_config,
+    prompt_steps,
+    row_conversation,
     save_trained_policy,
     train_with_resume,
     trainer_time_limit,
     trl_arguments,
-    turn_encodings,
 )
+from reward_models.policy.turns import encode_conversation
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -121,12 +125,12 @@ def row_problems(rows: Sequence[dict[str, Any]], config: KTOConfig) -> dict[int,
 def _row_problem(row: dict[str, Any]) -> str | None:
     for key in ("prompt", "completion"):
         value = row.get(key)
-        if not isinstance(value, list) or not all(isinstance(message, dict) for message in value):
+        if not is_messages(value):
             return f"{key!r} must be a list of messages (export the conversational style)"
     if not isinstance(row.get("label"), bool):
         return "'label' must be true or false"
     try:
-        conversation_turns(row["prompt"] + row["completion"])
+        row_conversation(row["prompt"] + row["completion"])
     except ValueError as exc:
         return str(exc)
     return None
@@ -145,12 +149,13 @@ def kto_examples(
         raise rows_error(problems, len(rows))
     examples, used = [], 0
     for row in rows:
-        label = row["label"]
-        instruction, turns = conversation_turns(row["prompt"] + row["completion"])
-        if not turns:
+        label, prompt = row["label"], row["prompt"]
+        conversation = row_conversation(prompt + row["completion"])
+        start = prompt_steps(prompt)
+        if start >= conversation.num_steps:
             continue
         used += 1
-        for encoding in turn_encodings(tokenizer, instruction, turns, history_window):
+        for encoding in encode_conversation(tokenizer, conversation, row_tools(row), history_window, start):
             completion_ids = encoding.completion_ids[:max_length]
             keep = max(max_length - len(completion_ids), 1)
             examples.append(

@@ -18,8 +18,10 @@ Two methods, chosen by ``method``:
   standard deviation, `scale_advantages`), one on-policy step per batch (so no PPO clipping is needed), with the
   same KL term. Win rates of a symmetric preference model always average 1/2 within a group.
 
-Only the policy's own tokens (reasoning and action, every turn) are in the loss: turns are encoded with
-``common.turn_encodings`` and scored with ``common.token_logprobs``, so observation tokens are context only.
+Only the policy's own tokens (every assistant turn, exactly the token ids it generated) are in the loss: turns are
+encoded with ``common.episode_encodings`` and scored with ``common.token_logprobs``, so observation and tool-result
+tokens are context only. The preference model reads each episode's conversation as the `preference` export lays out a
+trajectory (the prompt, then the rest of the conversation), with the task's tools.
 
 The mixture policy (`MixturePolicy`) decodes token by token with both models' KV caches and samples from the
 renormalised mixed distribution; it plugs into ``reward_models.rollout.rollout`` like any policy.
@@ -76,8 +78,7 @@ from reward_models.finetune.common import (
     token_logprobs,
     train_seeds_tasks,
 )
-from reward_models.policy.base import BatchedPolicy, Decision
-from reward_models.policy.turns import parse_decision
+from reward_models.policy.base import BatchedPolicy, Decision, text_decision
 from reward_models.rollout import episode_messages
 
 if TYPE_CHECKING:
@@ -235,15 +236,20 @@ class MixturePolicy(BatchedPolicy):
             ids = generated[row].tolist()
             if eos in ids:
                 ids = ids[: ids.index(eos) + 1]
-            text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
-            reasoning, action = parse_decision(text)
-            decisions.append(
-                Decision(reasoning=reasoning, action=action, text=text, logprob=float(summed[row]), token_ids=ids)
-            )
+            # The generated text exactly, as `LocalCausalLMPolicy` keeps it: special tokens dropped, nothing stripped.
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            decisions.append(text_decision(text, logprob=float(summed[row]), token_ids=ids))
         return decisions
 
 
 # --- rewards -----------------------------------------------------------------------------------------------------
+
+
+def preference_pair(episode: Episode, opponent: Episode) -> tuple[list, list, list]:
+    """``(prompt, ours, theirs)`` as the `preference` export lays out two trajectories of one task: the shared
+    prompt, then the rest of each conversation (every turn, tool result and observation, the final one included)."""
+    cut = len(episode.prompt)
+    return episode.prompt, episode_messages(episode)[cut:], episode_messages(opponent)[cut:]
 
 
 def win_rates(matrix: Sequence[Sequence[float]]) -> list[float]:
@@ -366,11 +372,8 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
                 accelerator, factory, batch_tasks, mixture, greedy=False, temperature=config.temperature,
                 seed=2 * seed + 1, render=False, max_turns=config.max_turns,
             )  # fmt: skip
-            pairs = []
-            for episode, opponent in zip(episodes, opponents, strict=True):
-                ours, theirs = episode_messages(episode), episode_messages(opponent)
-                pairs.append((ours[:2], ours[2:], theirs[2:]))
-            probabilities = preference.probability(pairs)
+            pairs = [preference_pair(episode, opponent) for episode, opponent in zip(episodes, opponents, strict=True)]
+            probabilities = preference.probability(pairs, [episode.tools or None for episode in episodes])
             advantages = [p - 0.5 for p in probabilities]
             figures["preference"] = _mean(probabilities)
             figures["opponent_success"] = _mean([float(e.success) for e in opponents])
@@ -383,8 +386,9 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
             advantages, rates = [], []
             for group in range(len(batch_tasks)):
                 members = episodes[group * k : (group + 1) * k]
-                conversations = [episode_messages(episode) for episode in members]
-                matrix = preference.win_matrix(conversations[0][:2], [c[2:] for c in conversations])
+                cut = len(members[0].prompt)
+                completions = [episode_messages(episode)[cut:] for episode in members]
+                matrix = preference.win_matrix(members[0].prompt, completions, members[0].tools or None)
                 group_rates = win_rates(matrix)
                 rates += group_rates
                 advantages += group_advantages(group_rates, config.scale_advantages)

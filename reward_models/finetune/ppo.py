@@ -6,8 +6,9 @@ One iteration:
 
 1. Roll out ``rollouts_per_step`` episodes of fresh training tasks (never the held-out ones), sampled at
    ``temperature``, in lockstep (`reward_models.rollout`).
-2. Encode every turn as the policy saw and wrote it (`common.episode_encodings`: the prompt and the generated token
-   ids), and take each completion token's log-probability under the policy (old) and the reference.
+2. Encode every turn as the policy saw and wrote it (`common.episode_encodings`: the prompt its chat template rendered
+   with the task's tools, and the generated token ids), and take each completion token's log-probability under the
+   policy (old) and the reference.
 3. Per-turn rewards (`ppo_rewards`): the reward model's normalised score on the last turn and ``prm_weight * (P(good)
    - 0.5)`` on each turn, only where negative (``prm_shaping``: a charge for bad steps, no pay for length), or, with
    ``reward_source="oracle"``, the environment's own rewards (the upper bound); minus ``kl_beta`` times the turn's
@@ -16,8 +17,8 @@ One iteration:
    whitened over the batch.
 5. ``ppo_epochs`` passes over the turns in shuffled minibatches of ``batch_size`` turns: the clipped surrogate with a
    per-token ratio (each token of a turn carries the turn's advantage; the loss is the mean over completion tokens),
-   and over the critic's step windows the clipped value loss. Observation, instruction and padding tokens are prompt
-   tokens: `common.token_logprobs` gives them log-probability 0 and no gradient.
+   and over the critic's step windows the clipped value loss. Observation, tool-result, instruction and padding tokens
+   are prompt tokens: `common.token_logprobs` gives them log-probability 0 and no gradient.
 
 The critic: the `reward_models.value` critic in ``value_critic_path``, or, without one, a copy of the starting policy's
 weights with a fresh one-output head (a separate model: policy and critic share no parameters, so the value loss never
@@ -93,16 +94,16 @@ from reward_models.finetune.ppo_rewards import (
     RunningMoments,
     charge_invalid_turns,
     critic_forward,
-    critic_steps,
+    critic_texts,
     critic_values,
     critic_windows,
-    episode_messages,
     gae,
     load_critic,
     oracle_rewards,
     whiten,
 )
 from reward_models.policy.turns import TurnEncoding
+from reward_models.steps import step_style
 
 if TYPE_CHECKING:
     import torch
@@ -379,8 +380,13 @@ class PPORun:
             cursor += len(turns)
 
         self.critic.eval()
-        trajectories = [critic_steps(episode_messages(episode)) for episode in episodes]
-        windows = critic_windows(self.accelerator.unwrap_model(self.critic), self.critic_tokenizer, trajectories)
+        critic = self.accelerator.unwrap_model(self.critic)
+        style = step_style(critic)
+        trajectories = [
+            critic_texts(self.critic_tokenizer, episode.conversation(), episode.tools or None, style)
+            for episode in episodes
+        ]
+        windows = critic_windows(critic, self.critic_tokenizer, trajectories)
         values = critic_values(
             self.critic,
             windows,

@@ -4,11 +4,11 @@ PPO keeps training, and the advantages.
 Per-turn rewards. An episode of ``T`` turns gets ``r_0 .. r_{T-1}``:
 
 - ``reward_source="model"``: the reward model's score of the whole trajectory, read as the reward model was trained
-  on it (the `preference` export's conversational layout: the prompt is the instruction and the first observation,
-  the completion every decision and observation after it, ending at the last decision), normalised by the running
-  mean and standard deviation of the scores seen so far, on the last turn; plus, with a PRM, a shaping term on every
-  turn from the PRM's P(good) (the PRM reads the `stepwise` layout, one piece per step, as in training).
-  ``prm_shaping`` picks it:
+  on it (the `preference` export's conversational layout: the prompt is the episode's prompt, the completion the rest
+  of its conversation, every turn, tool result and observation, the final one included, through the reward model's
+  chat template with the episode's tools), normalised by the running mean and standard deviation of the scores seen
+  so far, on the last turn; plus, with a PRM, a shaping term on every turn from the PRM's P(good) (the PRM reads the
+  `stepwise` layout, one piece per step, in the style it trained on, as in training). ``prm_shaping`` picks it:
 
   - ``"penalty"`` (the default): ``prm_weight * min(P(good) - 0.5, 0)``, a charge for each step the PRM finds bad and
     nothing for a good one: the "clip" mechanism of Gao et al. 2024 (On Designing Effective RL Reward at Training
@@ -31,9 +31,11 @@ Per-turn rewards. An episode of ``T`` turns gets ``r_0 .. r_{T-1}``:
 The value critic reads V(s_t), the value of the history *before* decision ``t``: GAE needs a state value, and a
 value read after the decision (as `reward_models.value` trains it, ``Q(h_t, a_t)``) would cancel the very advantage
 of the decision it has seen. It is the same kind of model as `reward_models.value`'s (a one-output token
-classification head, step settings in its ``config.json``) over the same text transcript, read at the token that
-ends ``...User: <observation t>\\nAssistant:``; a critic trained by `reward_models.value` starts from its weights and
-PPO's value loss retrains it at these positions.
+classification head, step settings in its ``config.json``), reading the conversation in its style (`critic_texts`):
+in the conversational style at the end of the chat template's prompt for turn ``t`` (the generation prompt, with the
+episode's tools), in the text style at the token that ends ``...User: <observation t>\\nAssistant:``. A critic
+trained by `reward_models.value` starts from its weights and PPO's value loss retrains it at these positions; a new
+critic reads conversations when the policy's tokenizer has a chat template.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reward_models.policy.turns import JUDGE_LAYOUTS, Message, judge_view, text_steps, transcript
+from reward_models.conversation import Conversation, Message
+from reward_models.policy.turns import JUDGE_LAYOUTS, judge_view, render_prompt, transcript
 from reward_models.rollout import episode_messages
 
 if TYPE_CHECKING:
@@ -60,35 +63,51 @@ PRM_SHAPINGS = ("penalty", "signed", "centred")
 
 
 def reward_model_inputs(episode: Episode, layout: str = "full") -> tuple[list[Message], list[Message]]:
-    """(prompt, completion) of the `preference` export for one episode, as `RewardModel.score` reads them."""
+    """(prompt, completion) of the `preference` export for one episode, as `RewardModel.score` reads them (with
+    the episode's tools)."""
     messages = judge_view(episode_messages(episode), layout)
-    return messages[:2], messages[2:]
+    cut = len(episode.prompt)
+    return messages[:cut], messages[cut:]
 
 
-def critic_steps(messages: Sequence[Message]) -> tuple[str, list[str]]:
-    """The text prompt and one piece per step for reading V before each decision: piece ``t`` ends with
-    ``User: <observation t>\\nAssistant:``, so the prompt followed by pieces ``0..t`` is the transcript up to where
-    decision ``t`` starts (the form `text_steps` gives the judges, cut one decision earlier)."""
-    prompt = transcript(messages[:1])
-    pieces, previous = [], len(prompt)
-    for index in range(1, len(messages), 2):
-        text = transcript(messages[: index + 1]) + "\nAssistant:"
-        pieces.append(text[previous:])
-        previous = len(text)
-    return prompt, pieces
+def critic_texts(
+    tokenizer: PreTrainedTokenizerBase, conversation: Conversation, tools: Sequence[dict] | None, style: str
+) -> tuple[str, list[str]]:
+    """The text prompt and one piece per step for reading V before each decision: the prompt followed by pieces
+    ``0..t`` is the conversation up to where decision ``t`` starts, rendered as the policy's prompt for it by the
+    chat template with the tools (the conversational style), or as the transcript ending in ``Assistant:`` (text;
+    the form `text_steps` gives the judges, cut one decision earlier)."""
+    steps = range(conversation.num_steps)
+    if style == "text":
+        renders = [transcript(conversation.messages[:1])]
+        renders += [transcript(conversation.before_step(step)) + "\nAssistant:" for step in steps]
+    else:
+        offered = list(tools) if tools else None
+        renders = [tokenizer.apply_chat_template(conversation.prompt, tools=offered, tokenize=False)]
+        renders += [render_prompt(tokenizer, conversation.before_step(step), tools) for step in steps]
+    for index in range(1, len(renders)):
+        if not renders[index].startswith(renders[index - 1]):
+            raise ValueError("the chat template renders an earlier turn differently as the conversation goes on")
+    return renders[0], [renders[index][len(renders[index - 1]) :] for index in range(1, len(renders))]
 
 
 # Stands in for a turn the policy left empty, so that the PRM still has a token to read the step at.
 EMPTY_DECISION = "action"
 
 
-def prm_steps(episode: Episode) -> tuple[str, list[str]]:
-    """The `stepwise` export's prompt and pieces for one episode, as the PRM reads them (an empty decision is
-    written as ``EMPTY_DECISION``; `JudgeRewards` scores such a step as bad whatever the PRM says)."""
-    messages = episode_messages(episode)
-    for message in messages[2::2]:
-        message["content"] = message["content"] or EMPTY_DECISION
-    return text_steps(messages)
+def prm_messages(episode: Episode) -> list[Message]:
+    """An episode's conversation as the PRM reads it (an empty turn, with neither text nor tool calls, is written
+    as ``EMPTY_DECISION``; `JudgeRewards` scores such a step as bad whatever the PRM says)."""
+    return [
+        {**message, "content": EMPTY_DECISION} if _empty_turn(message) else message
+        for message in episode_messages(episode)
+    ]
+
+
+def _empty_turn(message: Message) -> bool:
+    return (
+        message["role"] == "assistant" and not (message.get("content") or "").strip() and not message.get("tool_calls")
+    )
 
 
 # --- rewards -------------------------------------------------------------------------------------------------------
@@ -157,18 +176,21 @@ class JudgeRewards:
     def __call__(self, episodes: Sequence[Episode]) -> tuple[list[list[float]], dict[str, float]]:
         """Each episode's per-turn rewards (KL not included) and the raw figures to log."""
         inputs = [reward_model_inputs(episode, self.layout) for episode in episodes]
-        scores, _ = self.reward_model.score([prompt for prompt, _ in inputs], [completion for _, completion in inputs])
+        tools = [episode.tools or None for episode in episodes]
+        scores, _ = self.reward_model.score(
+            [prompt for prompt, _ in inputs], [completion for _, completion in inputs], tools
+        )
         self.moments.update(scores)
         rewards = [[0.0] * episode.length for episode in episodes]
         for turns, score in zip(rewards, scores, strict=True):
             turns[-1] += self.moments.normalise(score) if self.normalise else score
         figures = {"reward_model_score": sum(scores) / len(scores)}
         if self.prm is not None:
-            step_scores = self.prm.batch_step_scores([prm_steps(episode) for episode in episodes])
+            step_scores = self.prm.conversation_scores([prm_messages(episode) for episode in episodes], tools)
             for good, episode in zip(step_scores, episodes, strict=True):
                 for index, step in enumerate(episode.steps):
-                    # A turn with no text did nothing; the PRM never saw one in training.
-                    good[index] = good[index] if step.text.strip() else 0.0
+                    # A turn with no text and no tool call did nothing; the PRM never saw one in training.
+                    good[index] = 0.0 if _empty_turn(step.message) else good[index]
             flat = [probability for good in step_scores for probability in good]
             self.prm_moments.update(flat)
             baseline = self.prm_moments.mean if self.prm_shaping == "centred" else 0.5
@@ -240,7 +262,8 @@ class CriticWindow:
 
 def load_critic(path: str, step_max_length: int, field_name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A trainable value critic: the one in `path` when it is a per-step head (a `reward_models.value` run),
-    otherwise the causal LM in `path` (the policy) with a fresh one-output head, reading the step's last token."""
+    otherwise the causal LM in `path` (the policy) with a fresh one-output head, reading the step's last token, in
+    the conversational style when the tokenizer has a chat template."""
     from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
 
     from reward_models.common import ConfigError
@@ -260,6 +283,7 @@ def load_critic(path: str, step_max_length: int, field_name: str) -> tuple[PreTr
     if not is_head:
         model.config.step_separator = ""
         model.config.step_max_length = step_max_length
+        model.config.step_style = "conversational" if tokenizer.chat_template else "text"
     model.config.pad_token_id = tokenizer.pad_token_id
     model.config.use_cache = False
     return model, tokenizer
@@ -268,14 +292,15 @@ def load_critic(path: str, step_max_length: int, field_name: str) -> tuple[PreTr
 def critic_windows(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trajectories: Sequence[tuple[str, Sequence[str]]]
 ) -> list[CriticWindow]:
-    """Every trajectory's step windows (`reward_models.steps.step_windows`, with the critic's own settings)."""
-    from reward_models.steps import step_windows
+    """Every trajectory's step windows from its `critic_texts` (`reward_models.steps.text_windows`, with the
+    critic's own settings)."""
+    from reward_models.steps import text_windows
 
     separator, max_length = model.config.step_separator, model.config.step_max_length
     return [
         CriticWindow(index, window.input_ids, window.positions, window.steps)
         for index, (prompt, pieces) in enumerate(trajectories)
-        for window in step_windows(tokenizer, prompt, pieces, separator, max_length)
+        for window in text_windows(tokenizer, prompt, pieces, separator, max_length)
     ]
 
 

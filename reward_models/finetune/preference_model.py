@@ -14,8 +14,10 @@ is Bradley-Terry. Each trajectory is encoded once, so the k x k win matrix SPO n
 joint ones. Ties train toward P = 1/2 (``ties="tie_loss"``) or are dropped.
 
 `load_preference_model(path)` loads either this model or a Bradley-Terry reward model directory that
-`reward_models.reward` wrote (its `preference_probabilities`), behind one interface: ``.probability(pairs)`` for
-``(prompt, a, b)`` triples and ``.win_matrix(prompt, completions)`` for the samples of one task.
+`reward_models.reward` wrote (its `preference_probabilities`), behind one interface: ``.probability(pairs, tools)``
+for ``(prompt, a, b)`` triples and ``.win_matrix(prompt, completions, tools)`` for the samples of one task. Rows and
+trajectories are read as `reward_models.reward` reads them: conversations through the chat template with the task's
+``tools``, and a model trained on text rows reads a conversation's transcript.
 
 ``layout="decisions"`` shows the model only the first and the last observation of a trajectory and every decision
 (the observations between are emptied, turns kept); a long gridworld trajectory then takes ~250 tokens instead of
@@ -61,6 +63,7 @@ from reward_models.common import (
     read_rows,
     require,
     resolve_precision,
+    row_tools,
     rows_error,
     split_by_task,
     trained_model,
@@ -76,8 +79,9 @@ KIND = "preference_model"
 LAYOUTS = JUDGE_LAYOUTS
 TIE_MODES = ("drop", "tie_loss")
 
-Conversation = str | Sequence[Mapping[str, str]]
+Conversation = str | Sequence[Mapping[str, Any]]
 Pair = tuple[Conversation, Conversation, Conversation]  # (prompt, a, b)
+Tools = Sequence[dict[str, Any]] | None
 
 
 @dataclass
@@ -142,24 +146,30 @@ class PreferenceModel:
         layout: str = "full",
         max_length: int = 1024,
         batch_size: int = 16,
+        style: str = "conversational",
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.layout = layout
         self.max_length = max_length
         self.batch_size = batch_size
+        self.style = style
 
-    def encode(self, prompt: Conversation, completion: Conversation) -> list[int]:
-        from reward_models.reward import encode, fit_length
+    def encode(self, prompt: Conversation, completion: Conversation, tools: Tools = None) -> list[int]:
+        from reward_models.reward import encode_as_trained
 
-        prompt, completion = judge_pair(prompt, completion, self.layout)
-        return fit_length(encode(self.tokenizer, prompt, completion), self.max_length)
+        return encode_as_trained(
+            self.tokenizer, prompt, completion, tools, style=self.style, layout=self.layout, max_length=self.max_length
+        )
 
-    def heads(self, prompts: Sequence[Conversation], completions: Sequence[Conversation]) -> torch.Tensor:
+    def heads(
+        self, prompts: Sequence[Conversation], completions: Sequence[Conversation], tools: Sequence[Tools] = ()
+    ) -> torch.Tensor:
         """(N, 1 + 2k) head outputs, one row per completion (no gradient)."""
         import torch
 
-        sequences = [self.encode(p, c) for p, c in zip(prompts, completions, strict=True)]
+        offered = list(tools) or [None] * len(prompts)
+        sequences = [self.encode(p, c, t) for p, c, t in zip(prompts, completions, offered, strict=True)]
         was_training = self.model.training
         self.model.eval()
         with torch.no_grad():
@@ -167,31 +177,36 @@ class PreferenceModel:
         self.model.train(was_training)
         return out
 
-    def probability(self, pairs: Sequence[Pair]) -> list[float]:
-        """P(a > b) for each ``(prompt, a, b)``; each distinct completion is encoded once."""
+    def probability(self, pairs: Sequence[Pair], tools: Sequence[Tools] = ()) -> list[float]:
+        """P(a > b) for each ``(prompt, a, b)`` (with `tools`, one list of tool schemas or None per pair, for the
+        chat template); each distinct completion is encoded once."""
         if not pairs:
             return []
+        offered = list(tools) or [None] * len(pairs)
         index: dict[str, int] = {}
-        prompts, completions = [], []
+        prompts, completions, example_tools = [], [], []
         keys = []
-        for prompt, a, b in pairs:
+        for (prompt, a, b), pair_tools in zip(pairs, offered, strict=True):
             row = []
             for completion in (a, b):
-                key = repr((prompt, completion))
+                key = repr((prompt, completion, pair_tools))
                 if key not in index:
                     index[key] = len(prompts)
                     prompts.append(prompt)
                     completions.append(completion)
+                    example_tools.append(pair_tools)
                 row.append(index[key])
             keys.append(row)
-        heads = self.heads(prompts, completions)
+        heads = self.heads(prompts, completions, example_tools)
         first = heads[[a for a, _ in keys]]
         second = heads[[b for _, b in keys]]
         return pair_scores(first, second).sigmoid().tolist()
 
-    def win_matrix(self, prompt: Conversation, completions: Sequence[Conversation]) -> list[list[float]]:
+    def win_matrix(
+        self, prompt: Conversation, completions: Sequence[Conversation], tools: Tools = None
+    ) -> list[list[float]]:
         """``[i][j]`` = P(completion i > completion j) for the completions of one prompt (1/2 on the diagonal)."""
-        heads = self.heads([prompt] * len(completions), completions)
+        heads = self.heads([prompt] * len(completions), completions, [tools] * len(completions))
         return pair_scores(heads[:, None, :], heads[None, :, :]).sigmoid().tolist()
 
 
@@ -202,18 +217,20 @@ class RewardModelPreference:
         self.reward_model = reward_model
         self.layout = layout
 
-    def probability(self, pairs: Sequence[Pair]) -> list[float]:
+    def probability(self, pairs: Sequence[Pair], tools: Sequence[Tools] = ()) -> list[float]:
         if not pairs:
             return []
         laid = [(judge_pair(p, a, self.layout), judge_pair(p, b, self.layout)) for p, a, b in pairs]
         probabilities, _ = self.reward_model.preference_probabilities(
-            [pa[0] for pa, _ in laid], [pa[1] for pa, _ in laid], [pb[1] for _, pb in laid]
+            [pa[0] for pa, _ in laid], [pa[1] for pa, _ in laid], [pb[1] for _, pb in laid], tools
         )
         return probabilities
 
-    def win_matrix(self, prompt: Conversation, completions: Sequence[Conversation]) -> list[list[float]]:
+    def win_matrix(
+        self, prompt: Conversation, completions: Sequence[Conversation], tools: Tools = None
+    ) -> list[list[float]]:
         laid = [judge_pair(prompt, completion, self.layout) for completion in completions]
-        scores, _ = self.reward_model.score([p for p, _ in laid], [c for _, c in laid])
+        scores, _ = self.reward_model.score([p for p, _ in laid], [c for _, c in laid], [tools] * len(laid))
         return [[_sigmoid(a - b) for b in scores] for a in scores]
 
 
@@ -249,6 +266,8 @@ def load_preference_model(
         layout=layout or config["layout"],
         max_length=config["max_length"],
         batch_size=config["batch_size"],
+        # A model written before the manifest recorded its style trained on the default, conversational rows.
+        style=manifest.get("style", "conversational"),
     )
 
 
@@ -304,7 +323,9 @@ def evaluate(model: PreferenceModel | RewardModelPreference, rows: Sequence[Mapp
     rows apart as their mean |P - 1/2|."""
     from reward_models.reward import expected_calibration_error
 
-    probabilities = model.probability([(row["prompt"], row["chosen"], row["rejected"]) for row in rows])
+    probabilities = model.probability(
+        [(row["prompt"], row["chosen"], row["rejected"]) for row in rows], [row_tools(row) for row in rows]
+    )
     strict = [index for index, row in enumerate(rows) if not row.get("tie")]
     ties = [index for index, row in enumerate(rows) if row.get("tie")]
 
@@ -340,6 +361,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
 
     from reward_models.finetune.common import process_share, resume_loop_checkpoint, save_loop_checkpoint
     from reward_models.reward import encode, fit_length, load_tokenizer
+    from reward_models.steps import rows_style
 
     reporter = reporter or SilentReporter()
     finished = finished_summary(config, KIND)
@@ -352,6 +374,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
         raise ConfigError("data_path", "holds no rows")
     if problems := row_problems(rows, config):
         raise rows_error(problems, len(rows))
+    style = rows_style(rows)
     train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
     dropped_ties = 0
     if config.ties == "drop":
@@ -364,7 +387,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
 
     def encoded(row: Mapping[str, Any], side: str) -> list[int]:
         prompt, completion = judge_pair(row["prompt"], row[side], config.layout)
-        return fit_length(encode(tokenizer, prompt, completion), config.max_length)
+        return fit_length(encode(tokenizer, prompt, completion, row_tools(row)), config.max_length)
 
     chosen_ids = [encoded(row, "chosen") for row in train_rows]
     rejected_ids = [encoded(row, "rejected") for row in train_rows]
@@ -428,7 +451,12 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     if hasattr(trained, "merge_and_unload"):
         trained = trained.merge_and_unload()
     loaded = PreferenceModel(
-        trained, tokenizer, layout=config.layout, max_length=config.max_length, batch_size=config.batch_size
+        trained,
+        tokenizer,
+        layout=config.layout,
+        max_length=config.max_length,
+        batch_size=config.batch_size,
+        style=style,
     )
     metrics = evaluate(loaded, eval_rows) if eval_rows else {}
     summary = {
@@ -449,7 +477,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
         model_dir = Path(config.output_dir) / "model"
         trained.save_pretrained(str(model_dir))
         tokenizer.save_pretrained(str(model_dir))
-        write_manifest(config.output_dir, kind=KIND, config=config, metrics=metrics, summary=summary)
+        write_manifest(config.output_dir, kind=KIND, config=config, metrics=metrics, summary=summary, style=style)
         shutil.rmtree(checkpoint_dir(config.output_dir), ignore_errors=True)
     if metrics:
         reporter.log(

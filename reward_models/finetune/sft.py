@@ -1,12 +1,13 @@
 """Supervised fine-tuning (SFT) of a policy on what people wrote: interventions, takeovers and demonstrations.
 
-The data is the `sft` export: ``messages`` (a trajectory conversation), ``source`` (intervention, takeover or
-demonstration) and ``step_index`` (where the person took over; none for a demonstration). Every assistant turn from
-``step_index`` on is one training example, with its own prompt: the prompt the policy sees before that turn
-(`common.turn_encodings`: the instruction, the history its window shows, the observation), and the person's decision
-as the completion, closed by end-of-sequence. Turns before ``step_index`` are the policy's own steps that the person
-let stand, and are context only. The examples reach TRL's `SFTTrainer` already tokenized with their labels, so the
-loss is on the assistant tokens only: the observations are prompt tokens (label -100) and get no loss.
+The data is the `sft` export: ``messages`` (a trajectory conversation), ``tools`` (the tool schemas the agent was
+offered), ``source`` (intervention, takeover or demonstration) and ``step_index`` (where the person took over; none for
+a demonstration). Every assistant turn from ``step_index`` on is one training example, with its own prompt: the
+prompt the policy sees before that turn (`turns.encode_conversation`: the conversation so far through its history
+window, rendered by its chat template with the tools), and the person's assistant message as the completion, closed
+by end-of-sequence. Turns before ``step_index`` are the policy's own steps that the person let stand, and are context
+only. The examples reach TRL's `SFTTrainer` already tokenized with their labels, so the loss is on the assistant
+tokens only: observations and tool results are prompt tokens (label -100) and get no loss.
 
 On intervention corrections this is behaviour cloning of the corrections on the policy's own states (DAgger-style);
 it is the baseline the preference methods (`dpo`, `kto`) are measured against. Measured on the bootstrapped gridworld
@@ -48,6 +49,7 @@ from reward_models.common import (
     cli,
     read_rows,
     require,
+    row_tools,
     rows_error,
     seed_everything,
     trained_model,
@@ -55,18 +57,19 @@ from reward_models.common import (
 )
 from reward_models.finetune.common import (
     PolicyTrainConfig,
-    conversation_turns,
     evaluate_base,
     final_metrics,
     finished_policy,
+    is_messages,
     load_policy_model,
     lora_config,
+    row_conversation,
     save_trained_policy,
     train_with_resume,
     trainer_time_limit,
     trl_arguments,
-    turn_encodings,
 )
+from reward_models.policy.turns import encode_conversation
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -111,10 +114,10 @@ def _row_problem(row: dict[str, Any], sources: Sequence[str]) -> str | None:
     if (row.get("source") or "demonstration") not in sources:
         return None  # not imitated, so never read
     messages = row.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(message, dict) for message in messages):
+    if not is_messages(messages):
         return "'messages' must be a list of messages"
     try:
-        conversation_turns(messages)
+        row_conversation(messages)
     except ValueError as exc:
         return str(exc)
     return None
@@ -138,12 +141,12 @@ def sft_examples(
         source = row.get("source") or "demonstration"
         if source not in sources:
             continue
-        instruction, turns = conversation_turns(row["messages"])
+        conversation = row_conversation(row["messages"])
         start = row.get("step_index") or 0
-        if start >= len(turns):
+        if start >= conversation.num_steps:
             continue
         used[source] += 1
-        for encoding in turn_encodings(tokenizer, instruction, turns, history_window, start):
+        for encoding in encode_conversation(tokenizer, conversation, row_tools(row), history_window, start):
             completion = encoding.completion_ids[:max_length]
             prompt = encoding.prompt_ids[len(encoding.prompt_ids) - max(max_length - len(completion), 1) :]
             examples.append({"input_ids": prompt + completion, "labels": [-100] * len(prompt) + completion})

@@ -1,4 +1,5 @@
-"""The policy interface: given a batch of conversations (``turns.turn_messages``), decide each one's next turn."""
+"""The policy interface: given a batch of conversations (``reward_models.conversation``), decide each one's next
+turn."""
 
 from __future__ import annotations
 
@@ -6,21 +7,35 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from reward_models.conversation import message_tool_calls
 from reward_models.policy.turns import Message, render_prompt
 
 
 @dataclass
 class Decision:
-    """One generated turn. ``logprob`` is the summed log-probability of the generated tokens under the model at
-    temperature 1 (the quantity trainers recompute), or None when the policy cannot report it."""
+    """One generated turn, verbatim. ``message`` is the assistant message as the policy produced it: for a local
+    model ``{"role": "assistant", "content": text}`` with ``text`` the decoded generated tokens (tool-call markup
+    included, so a chat template renders exactly what was generated); for an endpoint, the message the server sent,
+    its ``tool_calls`` field included. ``logprob`` is the summed log-probability of the generated tokens under the
+    model at temperature 1 (the quantity trainers recompute), or None when the policy cannot report it."""
 
-    reasoning: str
-    action: str
     text: str
+    message: Message
     logprob: float | None = None
     # The generated token ids (the end-of-sequence token included when generation reached it), when the policy
     # runs locally: trainers score exactly these, since decoding and re-encoding the text need not give them back.
     token_ids: list[int] | None = None
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The calls the turn makes: the message's ``tool_calls`` field, or else the ``<tool_call>`` blocks its
+        text holds (how Qwen-style models write them)."""
+        return message_tool_calls(self.message)
+
+
+def text_decision(text: str, **fields: Any) -> Decision:
+    """The decision of a policy that writes plain text (a local model): the text is the message's content."""
+    return Decision(text=text, message={"role": "assistant", "content": text}, **fields)
 
 
 @runtime_checkable
@@ -32,11 +47,13 @@ class Policy(Protocol):
         self,
         conversations: Sequence[Sequence[Message]],
         *,
+        tools: Sequence[Sequence[dict[str, Any]] | None] | None = None,
         greedy: bool = True,
         temperature: float = 1.0,
         seed: int = 0,
     ) -> list[Decision]:
-        """One decision per conversation, in order. The same inputs and seed give the same decisions."""
+        """One decision per conversation, in order. ``tools`` (one list of tool schemas per conversation, or None)
+        are what the chat template offers the model. The same inputs and seed give the same decisions."""
         ...
 
 
@@ -51,13 +68,18 @@ class BatchedPolicy:
         self,
         conversations: Sequence[Sequence[Message]],
         *,
+        tools: Sequence[Sequence[dict[str, Any]] | None] | None = None,
         greedy: bool = True,
         temperature: float = 1.0,
         seed: int = 0,
     ) -> list[Decision]:
         if not greedy and temperature <= 0:
             raise ValueError(f"temperature must be positive when sampling, got {temperature}")
-        prompts = [render_prompt(self.tokenizer, conversation) for conversation in conversations]
+        tools = tools if tools is not None else [None] * len(conversations)
+        prompts = [
+            render_prompt(self.tokenizer, conversation, offered)
+            for conversation, offered in zip(conversations, tools, strict=True)
+        ]
         decisions: list[Decision] = []
         for start in range(0, len(prompts), self.batch_size):
             decisions += self._generate(prompts[start : start + self.batch_size], greedy, temperature, seed + start)

@@ -29,9 +29,10 @@ from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from typing import Any
 
-from reward_models.envs.base import training_seeds
+from reward_models.conversation import StepTurn, build_conversation
+from reward_models.envs.base import prompt_messages, reply_messages, training_seeds
 from reward_models.envs.gridworld import ACTIONS, AGENT, GOAL, INSTRUCTION, GridWorld, parse_observation
-from reward_models.policy.turns import Turn, encode_turns, format_decision, turn_messages
+from reward_models.policy.turns import encode_turns, turn_views
 
 
 @dataclass
@@ -123,7 +124,8 @@ def vocabulary_corpus(env: GridWorld) -> list[str]:
 
 
 def demonstrations(env: GridWorld, n_episodes: int, noise: float, seed: int) -> tuple[list[dict], float]:
-    """Scripted episodes as ``{"task", "turns": [Turn]}`` dicts, and the share of them that reached the goal."""
+    """Scripted episodes as ``{"task", "conversation"}`` dicts (`reward_models.conversation`), and the share of them
+    that reached the goal."""
     rng = random.Random(seed)
     episodes = []
     successes = 0
@@ -131,17 +133,19 @@ def demonstrations(env: GridWorld, n_episodes: int, noise: float, seed: int) -> 
         task = env.make_task(task_seed)
         oracle = env.oracle(task)
         observation = env.reset(task)
+        prompt = prompt_messages(env, task, observation)
         actions: list[str] = []
-        turns = []
+        steps = []
         done = False
         while not done:
             action = rng.choice(ACTIONS) if rng.random() < noise else rng.choice(oracle.best_actions(actions))
-            turns.append(Turn(observation, format_decision(goal_reasoning(observation), action)))
+            message = env.message_for_action(action, goal_reasoning(observation))
             result = env.step(action)
+            steps.append(StepTurn(message, reply_messages(result)))
             actions.append(action)
             observation, done = result.observation, result.done
             successes += result.info["success"]
-        episodes.append({"task": task, "turns": turns})
+        episodes.append({"task": task, "conversation": build_conversation(prompt, steps)})
     return episodes, successes / n_episodes
 
 
@@ -246,15 +250,15 @@ def main(config: BootstrapConfig, progress: Callable[[int, int], None] | None = 
 
 
 def _encode_demonstrations(tokenizer: Any, episodes: list[dict], history_window: int) -> tuple[Any, Any]:
-    """One training row per demonstrated turn: prompt then completion, loss on the completion only."""
+    """One training row per demonstrated turn: the prompt the policy sees before it (`turns.turn_views`), then the
+    turn, loss on the turn only."""
     import torch
 
     conversations, completions = [], []
     for episode in episodes:
-        instruction, turns = episode["task"]["instruction"], episode["turns"]
-        for index, turn in enumerate(turns):
-            conversations.append(turn_messages(instruction, turns[:index], turn.observation, history_window))
-            completions.append(turn.response)
+        views, messages = turn_views(episode["conversation"], history_window)
+        conversations += views
+        completions += messages
     encodings = encode_turns(tokenizer, conversations, completions)
     width = max(len(e.prompt_ids) + len(e.completion_ids) for e in encodings)
     rows, targets = [], []

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from reward_models.policy.base import Decision
-from reward_models.policy.turns import Message, parse_decision
+from reward_models.policy.turns import Message
 
 
 class EndpointError(RuntimeError):
@@ -27,7 +27,9 @@ class EndpointUnavailable(ConnectionError):
 
 
 class OpenAIEndpointPolicy:
-    """Each conversation is one ``POST {base_url}/chat/completions``; a batch runs ``max_workers`` at a time.
+    """Each conversation is one ``POST {base_url}/chat/completions``; a batch runs ``max_workers`` at a time. The
+    task's tools go with each request, and the assistant message comes back as the server sent it, its
+    ``tool_calls`` included.
 
     Greedy decoding is sent as ``temperature: 0``; every request carries a ``seed`` (the batch seed plus the
     conversation's index), which servers that support it use for reproducible sampling. The logprob is the sum of the
@@ -63,12 +65,15 @@ class OpenAIEndpointPolicy:
         self,
         conversations: Sequence[Sequence[Message]],
         *,
+        tools: Sequence[Sequence[dict[str, Any]] | None] | None = None,
         greedy: bool = True,
         temperature: float = 1.0,
         seed: int = 0,
     ) -> list[Decision]:
-        requests = [
-            {
+        tools = tools if tools is not None else [None] * len(conversations)
+        requests = []
+        for index, (conversation, offered) in enumerate(zip(conversations, tools, strict=True)):
+            request = {
                 "model": self.model,
                 "messages": list(conversation),
                 "temperature": 0.0 if greedy else temperature,
@@ -76,8 +81,9 @@ class OpenAIEndpointPolicy:
                 "seed": seed + index,
                 "logprobs": True,
             }
-            for index, conversation in enumerate(conversations)
-        ]
+            if offered:
+                request["tools"] = list(offered)
+            requests.append(request)
         if len(requests) <= 1:
             return [self._complete(request) for request in requests]
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(requests))) as pool:
@@ -99,11 +105,14 @@ class OpenAIEndpointPolicy:
         try:
             reply = json.loads(body)
             choice = reply["choices"][0]
-            text = choice["message"]["content"] or ""
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            sent = choice["message"]
+            text = sent.get("content") or ""
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise EndpointError(f"{self.url} sent a reply that is not a chat completion: {body[:500]!r}") from exc
-        reasoning, action = parse_decision(text)
-        return Decision(reasoning=reasoning, action=action, text=text.strip(), logprob=_summed_logprob(choice))
+        # The message as the server sent it, tool calls included; only the role is fixed.
+        message = {**{key: value for key, value in sent.items() if value is not None}, "role": "assistant"}
+        message.setdefault("content", text)
+        return Decision(text=text, message=message, logprob=_summed_logprob(choice))
 
 
 def _summed_logprob(choice: dict[str, Any]) -> float | None:

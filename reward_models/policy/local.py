@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reward_models.policy.base import BatchedPolicy, Decision
+from reward_models.policy.base import BatchedPolicy, Decision, text_decision
 from reward_models.policy.model import read_policy_settings
-from reward_models.policy.turns import parse_decision
 
 if TYPE_CHECKING:
     import torch
@@ -84,8 +83,11 @@ class LocalCausalLMPolicy(BatchedPolicy):
         self.model = model
         self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
-        # Many base models ship without a pad token; padding positions are masked, so any id serves.
-        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        # Many base models ship without a pad token (Llama 3, Mistral); padding positions are masked, so the
+        # end-of-sequence token serves, for the tokenizer's own padding as for generate's.
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.pad_token_id = tokenizer.pad_token_id
         self.history_window = history_window
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
@@ -128,12 +130,11 @@ class LocalCausalLMPolicy(BatchedPolicy):
         decisions = []
         for row in range(generated.shape[0]):
             ids = generated[row][keep[row]]
-            text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
-            reasoning, action = parse_decision(text)
+            # The generated text exactly: special tokens (the end of turn) dropped, nothing stripped, so a chat
+            # template renders the turn back to these tokens.
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
             logprob = float(token_logprobs[row][keep[row]].sum())
-            decisions.append(
-                Decision(reasoning=reasoning, action=action, text=text, logprob=logprob, token_ids=ids.tolist())
-            )
+            decisions.append(text_decision(text, logprob=logprob, token_ids=ids.tolist()))
         return decisions
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from feedback_app.models import PolicyVersion, Step, Task, Trajectory
+from tests.trajectories import save_steps
 
 # Task seed 7 of the default 7×7 gridworld: the agent starts at row 3, column 1 and the goal is two rows up, five
 # columns right. "down" at step 3 is the first wrong move; the rest still reaches the goal.
@@ -47,7 +48,5 @@ def play_gridworld(task: Task, policy_version: PolicyVersion | None, actions: li
         oracle={"step_correct": oracle.step_correct(played), "secret_marker": "oracle-secret"},
         metadata={"final_observation": observation},
     )
-    for step in steps:
-        step.trajectory = trajectory
-    Step.objects.bulk_create(steps)
+    save_steps(trajectory, steps)
     return trajectory

@@ -62,7 +62,7 @@ def test_bootstrap_demo_builds_the_demo_once_and_is_safe_to_repeat(settings, tmp
     assert TrainingRun.objects.count() == 2, "a second start neither trains nor rolls out again"
     assert Trajectory.objects.count() == 6 and Task.objects.count() == 207
     assert QueueItem.objects.count() == 9, "nothing is queued twice"
-    assert "Base policy kept" in second
+    assert "Gridworld demo: base policy kept" in second
     assert f"annotator   {logins['annotator']}" in second, "the same passwords are printed again"
 
 

@@ -12,6 +12,7 @@ from feedback_app import labelling, queue
 from feedback_app.models import Assignment, Comparison, Step, Trajectory
 from feedback_app.models.queue import AssignmentStatus
 from reward_models.envs.gridworld import ACTIONS, GridWorld
+from tests.trajectories import save_steps
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -42,18 +43,20 @@ def gridworld_trajectory(project, task, policy, *, skill: float, seed: int) -> T
         num_steps=len(steps),
         success=oracle.success(actions),
     )
-    Step.objects.bulk_create(
-        Step(
-            trajectory=trajectory,
-            index=index,
-            observation=obs,
-            reasoning=reasoning,
-            action=action,
-            env_reward=result.reward,
-            done=result.done,
-            render=env.render(obs),
-        )
-        for index, obs, reasoning, action, result in steps
+    save_steps(
+        trajectory,
+        [
+            Step(
+                index=index,
+                observation=obs,
+                reasoning=reasoning,
+                action=action,
+                env_reward=result.reward,
+                done=result.done,
+                render=env.render(obs),
+            )
+            for index, obs, reasoning, action, result in steps
+        ],
     )
     return trajectory
 

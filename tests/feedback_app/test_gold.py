@@ -9,6 +9,7 @@ from django.core.management import CommandError, call_command
 from feedback_app.gold import gold_answer_for_comparison, gold_correct, make_gold_items, set_gold
 from feedback_app.models import Comparison, LabelKind, QueueItem, Step, StepLabel, Task, Trajectory
 from reward_models.envs.gridworld import ACTIONS, GridWorld
+from tests.trajectories import save_steps
 
 pytestmark = pytest.mark.django_db
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.django_db
 def _played(project, task, actions, **fields):
     fields.setdefault("source", "human")
     trajectory = Trajectory.objects.create(project=project, task=task, num_steps=len(actions), **fields)
-    Step.objects.bulk_create(Step(trajectory=trajectory, index=i, action=a) for i, a in enumerate(actions))
+    save_steps(trajectory, [Step(index=i, action=a) for i, a in enumerate(actions)])
     return trajectory
 
 

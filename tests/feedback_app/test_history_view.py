@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from feedback_app import labelling, queue
 from feedback_app.models import Comparison, Critique, Rating, StepLabel
+from tests.trajectories import correction
 
 pytestmark = pytest.mark.django_db
 
@@ -191,8 +192,7 @@ def test_an_intervention_can_be_edited(client, annotator, project, trajectory):
         annotator=annotator,
         trajectory=trajectory,
         step=step,
-        original_action="up",
-        corrected_action="down",
+        **{**correction(step, "down"), "original_action": "up"},
         reason="wall ahead",
     )
     client.force_login(annotator)

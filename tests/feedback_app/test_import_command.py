@@ -61,14 +61,18 @@ def test_it_imports_steps_and_chat_style_rows(project, tmp_path):
     assert (imported.source, imported.num_steps, imported.success, imported.outcome_return) == ("import", 2, True, 1.0)
     assert imported.policy_version.name == "my-agent-v3" and imported.policy_version.kind == "external"
     last = imported.steps.get(index=1)
-    assert last.tool_calls == [{"type": "function", "name": "book", "arguments": {"flight": "SK123"}}]
+    book = {"name": "book", "arguments": '{"flight": "SK123"}'}
+    assert last.tool_calls == [{"id": "call_0", "type": "function", "function": book}]
     assert last.done and last.media[0]["type"] == "image"
 
     chat_trajectory = Trajectory.objects.get(external_id="chat-1")
     assert chat_trajectory.task.instruction == "You are a shopping agent. Buy milk."
     steps = list(chat_trajectory.steps.order_by("index"))
     assert [s.observation for s in steps] == ["Start.", "2 results"]
-    assert steps[0].tool_calls[0]["name"] == "search"
+    assert steps[0].tool_calls[0]["function"]["name"] == "search"
+    # Verbatim: the stored turns are the imported messages.
+    assert [s.message for s in steps] == [chat["messages"][2], chat["messages"][4]]
+    assert steps[0].replies == [chat["messages"][3]] and chat_trajectory.prompt == chat["messages"][:2]
     assert (steps[1].action, steps[1].reasoning) == ("buy result 1", "cheapest")
 
 

@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError
 from feedback_app.interventions import legal_actions_at, task_spec, validate_correction
 from feedback_app.models import Step, Task, Trajectory
 from reward_models.envs.gridworld import ACTIONS, GridWorld
+from tests.trajectories import save_steps
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +22,7 @@ def oracle(task):
 def played(project, task):
     def make(actions: list[str], task=task) -> Trajectory:
         trajectory = Trajectory.objects.create(project=project, task=task, source="human", num_steps=len(actions))
-        Step.objects.bulk_create(Step(trajectory=trajectory, index=i, action=a) for i, a in enumerate(actions))
+        save_steps(trajectory, [Step(index=i, action=a) for i, a in enumerate(actions)])
         return trajectory
 
     return make
@@ -76,8 +77,7 @@ def test_takeover_actions_after_the_episode_ends_are_refused(played, oracle):
     with pytest.raises(ValidationError) as excinfo:
         validate_correction(trajectory, 0, path[0], [*path[1:], "up", "up"])
     assert _error(excinfo) == {
-        "takeover_actions": f"The episode ends at step {len(path)}, so the 2 takeover actions after it cannot be "
-        "played."
+        "takeover_actions": f"The episode ends at step {len(path)}, so the 2 takeover turns after it cannot be played."
     }
 
 
@@ -86,7 +86,7 @@ def test_the_step_limit_ends_the_episode_too(played, oracle):
     trajectory = played(_wander(oracle, 14))
     with pytest.raises(ValidationError) as excinfo:
         validate_correction(trajectory, 13, "down", ["down", "down"])
-    assert "The episode ends at step 15, so the 1 takeover action after it" in _error(excinfo)["takeover_actions"]
+    assert "The episode ends at step 15, so the 1 takeover turn after it" in _error(excinfo)["takeover_actions"]
 
 
 def test_a_step_outside_the_trajectory_or_after_its_end_is_refused(played, oracle):
@@ -121,7 +121,7 @@ def test_a_task_the_environment_cannot_rebuild_is_refused(played, project):
     trajectory = played(["search"], task=imported)
     with pytest.raises(ValidationError) as excinfo:
         validate_correction(trajectory, 0, "up")
-    assert "neither a spec nor a seed" in _error(excinfo)["trajectory"]
+    assert "without its task's seed or spec" in _error(excinfo)["trajectory"]
 
 
 def test_the_task_spec_keeps_the_instruction_for_the_policy(task):

@@ -11,7 +11,9 @@ from feedback_app.exports.filters import ExportFilters
 from feedback_app.exports.snapshots import create_snapshot
 from feedback_app.models import Comparison, Intervention, RunStatus, TrainingRun
 from reward_models.common import ConfigError
+from reward_models.envs.gridworld import GridWorld
 from tests.feedback_app.test_training_view import field_html
+from tests.trajectories import correction
 from training.runs import execute_run
 
 pytestmark = pytest.mark.django_db
@@ -32,9 +34,9 @@ def mixed_comparisons(project, annotator, make_trajectory):
     from different observations: a whole-trajectory pair trains on the first, not on the second."""
     rollouts = [make_trajectory(source="policy") for _ in range(2)]
     imported = [make_trajectory(source="import") for _ in range(2)]
-    first_step = imported[1].steps.get(index=0)
-    first_step.observation = "a map drawn another way"
-    first_step.save()
+    other = imported[1]
+    other.prompt = [*other.prompt[:-1], {"role": "user", "content": "a map drawn another way"}]
+    other.save(update_fields=["prompt"])
     for a, b in (rollouts, imported):
         Comparison.objects.create(project=project, annotator=annotator, trajectory_a=a, trajectory_b=b, choice="a")
 
@@ -49,7 +51,9 @@ def test_a_snapshot_the_trainer_would_refuse_is_refused_at_launch_naming_its_row
     )
     assert response.status_code == 400 and not TrainingRun.objects.exists()
     html = field_html(response.content.decode(), "snapshot")
-    assert "1 of 2 rows cannot be used: row 2: the prompt must end with an observation (a user message)" in html
+    assert (
+        "1 of 2 rows cannot be used: row 2: the prompt must end with an observation (a user or tool message)" in html
+    )
     assert "trajectory sources (policy, human, import)" in html
 
 
@@ -80,15 +84,10 @@ def test_a_snapshot_too_small_for_the_settings_is_launched_only_when_confirmed(
     for corrected, original in [("up", "down")] * 4 + [("left", "down")] * 2 + [("down", "up")]:
         trajectory = make_trajectory(n_steps=2)
         step = trajectory.steps.get(index=0)
-        step.action = original
+        step.action, step.message = original, GridWorld().message_for_action(original, "")
         step.save()
         Intervention.objects.create(
-            project=project,
-            annotator=annotator,
-            trajectory=trajectory,
-            step=step,
-            original_action=original,
-            corrected_action=corrected,
+            project=project, annotator=annotator, trajectory=trajectory, step=step, **correction(step, corrected)
         )
     snapshot = create_snapshot(project, "step_preference", ExportFilters(), user=researcher, name="corrections")
     client.force_login(researcher)

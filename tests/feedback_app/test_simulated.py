@@ -19,6 +19,7 @@ from feedback_app.simulated import (
     run_crowd,
 )
 from reward_models.envs import GridWorld
+from tests.trajectories import save_steps
 
 # A 5x5 map with the goal four steps right of the start; up and left at the start bump into the edge.
 CORRIDOR = {"seed": 0, "instruction": "reach the goal G", "layout": ["A...G", ".....", ".....", ".....", "....."]}
@@ -139,9 +140,7 @@ def _store_trajectory(project, task, actions: list[str]):
     from feedback_app.models import Step, Trajectory
 
     trajectory = Trajectory.objects.create(project=project, task=task, source="import", num_steps=len(actions))
-    Step.objects.bulk_create(
-        Step(trajectory=trajectory, index=i, observation=f"obs {i}", action=action) for i, action in enumerate(actions)
-    )
+    save_steps(trajectory, [Step(index=i, observation=f"obs {i}", action=action) for i, action in enumerate(actions)])
     return trajectory
 
 

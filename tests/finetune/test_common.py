@@ -16,25 +16,26 @@ from reward_models.envs.gridworld import GridWorld
 from reward_models.finetune.common import (
     PolicyTrainConfig,
     completion_logprobs,
-    conversation_turns,
     episode_encodings,
     evaluate_policy,
     load_policy_model,
     make_accelerator,
     out_of_time,
     pad_turns,
+    prompt_steps,
     resume_loop_checkpoint,
+    row_conversation,
     save_loop_checkpoint,
     success_gain,
     token_logprobs,
     train_seeds_tasks,
     trainer_time_limit,
-    turn_encodings,
 )
 from reward_models.policy.local import LocalCausalLMPolicy
-from reward_models.policy.turns import Turn, TurnEncoding, encode_turn, turn_messages
+from reward_models.policy.turns import TurnEncoding, encode_conversation, encode_turn
 from reward_models.rollout import Episode, Step, rollout
 from tests.launch import launch_env, launch_failure, torchrun
+from tests.reward_models import tool_chat
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,34 +49,45 @@ CONVERSATION = [
 ]
 
 
-def test_conversation_turns_pairs_observations_with_decisions_and_drops_the_last_observation():
-    instruction, turns = conversation_turns(CONVERSATION)
-    assert instruction == "reach the goal G"
-    assert turns == [
-        Turn(". A | G .", "goal is down 1 left 1 ; action down"),
-        Turn(". . | G A", "goal is down 0 left 1 ; action left"),
-    ]
+def test_an_exported_message_list_splits_into_steps_at_its_assistant_messages():
+    conversation = row_conversation(CONVERSATION)
+    assert conversation.prompt == CONVERSATION[:2]
+    assert conversation.step_starts == [2, 4]
+    # The last observation is the last step's reply; it is no turn of the policy's.
+    assert conversation.through_step(1) == CONVERSATION
+    assert prompt_steps(CONVERSATION[:3]) == 1
 
 
-def test_conversation_turns_rejects_a_conversation_out_of_order():
-    with pytest.raises(ValueError, match="messages 1 and 2 must be user then assistant"):
-        conversation_turns([CONVERSATION[0], CONVERSATION[2], CONVERSATION[1]])
-    with pytest.raises(ValueError, match="system message"):
-        conversation_turns(CONVERSATION[1:])
-
-
-def test_turn_encodings_prompt_each_turn_as_the_policy_saw_it(policy_dir):
+def test_encode_conversation_prompts_each_turn_as_the_policy_saw_it(policy_dir):
     loaded = load_policy_model(policy_dir)
-    instruction, turns = conversation_turns(CONVERSATION)
-    encodings = turn_encodings(loaded.tokenizer, instruction, turns, history_window=1, start=1)
-    expected = encode_turn(
-        loaded.tokenizer, turn_messages(instruction, turns[:1], turns[1].observation, 1), turns[1].response
-    )
-    assert encodings == [expected]
+    encodings = encode_conversation(loaded.tokenizer, row_conversation(CONVERSATION), None, history_window=1, start=1)
+    # Shown one previous turn: the instruction, the first observation and decision, then the second observation.
+    assert encodings == [encode_turn(loaded.tokenizer, CONVERSATION[:4], CONVERSATION[4])]
     # The observation of the second turn is in its prompt, and nowhere in its completion.
-    observation_ids = loaded.tokenizer(turns[1].observation, add_special_tokens=False)["input_ids"]
+    observation_ids = loaded.tokenizer(CONVERSATION[3]["content"], add_special_tokens=False)["input_ids"]
     assert _contains(encodings[0].prompt_ids, observation_ids)
     assert not _contains(encodings[0].completion_ids, observation_ids)
+
+
+def test_a_tool_calling_turn_is_prompted_with_its_tools_and_trained_on_its_own_tokens_only(tool_policy_dir):
+    loaded = load_policy_model(tool_policy_dir)
+    tokenizer = loaded.tokenizer
+    conversation = tool_chat.trajectory(2, 2)
+    encodings = encode_conversation(tokenizer, conversation, tool_chat.TOOLS, None)
+    whole = tokenizer.apply_chat_template(conversation.messages, tools=tool_chat.TOOLS, tokenize=False)
+    # Each completion is exactly the assistant's turn as the chat template renders it (a tool_calls field, or the
+    # markup a local model wrote), closed by its end-of-turn token; tool results are only ever prompt tokens.
+    spans = tool_chat.assistant_spans(tokenizer, whole)
+    assert [tokenizer.decode(encoding.completion_ids) for encoding in encodings] == spans
+    for encoding in encodings:
+        assert tool_chat.TOOLS_BLOCK in tokenizer.decode(encoding.prompt_ids)
+        assert "<tool_response>" not in tokenizer.decode(encoding.completion_ids)
+    assert "<tool_response>" in tokenizer.decode(encodings[1].prompt_ids)
+    batch = pad_turns(encodings, tokenizer.pad_token_id)
+    trained = [
+        tokenizer.decode(row[mask.bool()]) for row, mask in zip(batch.input_ids, batch.completion_mask, strict=True)
+    ]
+    assert trained == spans
 
 
 def test_pad_turns_marks_only_completion_tokens_and_cuts_long_prompts_from_the_left():
@@ -87,8 +99,8 @@ def test_pad_turns_marks_only_completion_tokens_and_cuts_long_prompts_from_the_l
 
 def test_no_gradient_reaches_the_logits_of_observation_or_padding_positions(policy_dir):
     loaded = load_policy_model(policy_dir)
-    instruction, turns = conversation_turns(CONVERSATION)
-    batch = pad_turns(turn_encodings(loaded.tokenizer, instruction, turns, None), loaded.tokenizer.pad_token_id)
+    encodings = encode_conversation(loaded.tokenizer, row_conversation(CONVERSATION), None, None)
+    batch = pad_turns(encodings, loaded.tokenizer.pad_token_id)
     logits = loaded.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.detach()
     logits.requires_grad_(True)
     token_logprobs(loaded.model, batch, logits=logits).sum().backward()
@@ -98,9 +110,7 @@ def test_no_gradient_reaches_the_logits_of_observation_or_padding_positions(poli
     has_gradient = logits.grad.abs().sum(dim=-1) > 0
     assert has_gradient[predicts_completion].all()
     assert not has_gradient[~predicts_completion].any()
-    assert predicts_completion.sum() == sum(
-        len(e.completion_ids) for e in turn_encodings(loaded.tokenizer, instruction, turns, None)
-    )
+    assert predicts_completion.sum() == sum(len(e.completion_ids) for e in encodings)
 
 
 def test_completion_logprobs_match_the_logprobs_generation_reported(policy_dir):
@@ -128,8 +138,9 @@ def test_episode_encodings_keep_the_generated_tokens_where_the_text_would_not_gi
     generated = tokenizer.convert_tokens_to_ids(["goal", "is", tokenizer.pad_token, "left", ";", "action", "left"])
     generated.append(tokenizer.eos_token_id)
     text = tokenizer.decode(generated, skip_special_tokens=True)
-    step = Step(observation=". A | G .", reasoning="", action="left", text=text, reward=0.0, done=True)
-    step.token_ids = generated
+    message = {"role": "assistant", "content": text}
+    replies = [{"role": "user", "content": ". A | . ."}]
+    step = Step(". A | G .", message, replies, "", "left", text, reward=0.0, done=True, token_ids=generated)
     episode = Episode(
         task={"instruction": "reach the goal G"},
         sample_index=0,
@@ -138,10 +149,11 @@ def test_episode_encodings_keep_the_generated_tokens_where_the_text_would_not_gi
         total_reward=0.0,
         success=False,
         truncated=False,
+        prompt=CONVERSATION[:2],
     )
     [encoding] = episode_encodings(tokenizer, episode, 0)
     assert encoding.completion_ids == generated
-    [from_text] = turn_encodings(tokenizer, "reach the goal G", [Turn(step.observation, text)], 0)
+    [from_text] = encode_conversation(tokenizer, episode.conversation(), None, 0)
     assert from_text.prompt_ids == encoding.prompt_ids and from_text.completion_ids != generated
 
 

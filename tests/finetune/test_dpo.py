@@ -12,11 +12,13 @@ import pytest
 import torch
 
 from reward_models.common import ConfigError, config_from_dict
+from reward_models.envs.gridworld import GridWorld
 from reward_models.finetune.common import load_policy_model, pad_turns
 from reward_models.finetune.dpo import (
     DPOConfig,
     PreferencePair,
     action_counts,
+    action_key,
     balance_by_action,
     main,
     pair_counts,
@@ -32,20 +34,16 @@ from reward_models.oracle_data import (
     write_jsonl,
 )
 from reward_models.policy.model import save_policy
-from reward_models.policy.turns import (
-    Turn,
-    TurnEncoding,
-    format_decision,
-    parse_decision,
-    render_prompt,
-    turn_messages,
-)
+from reward_models.policy.turns import TurnEncoding, format_decision, parse_decision, render_prompt
 from tests.launch import launch_env, launch_failure, torchrun
+from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
 TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1}
 ROOT = Path(__file__).resolve().parents[2]
+GRID = GridWorld(**SMALL_GRID)
+TOOL_ENVIRONMENT = "tests.reward_models.tool_chat.ToolCounter"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -110,11 +108,11 @@ def test_a_step_pair_is_the_prompt_the_policy_saw_and_the_step_it_writes(windowe
     row = rows[0]
     loaded = load_policy_model(windowed_policy)
     tokenizer = loaded.tokenizer
-    [pair] = preference_pairs([row], tokenizer, history_window=1, level="step")
-    step = row["step_index"]
-    previous = Turn(row["prompt"][2 * step - 1]["content"], row["prompt"][2 * step]["content"])
-    # What LocalCausalLMPolicy tokenizes before generating this turn: the previous turn, then the observation.
-    messages = turn_messages("reach the goal G", [previous], row["prompt"][-1]["content"], history_window=1)
+    [pair] = preference_pairs([row], tokenizer, history_window=1, level="step", env=GRID)
+    # What LocalCausalLMPolicy tokenizes before generating this turn: the instruction, the previous observation and
+    # turn, then the observation the step acted on.
+    messages = [row["prompt"][0], *row["prompt"][-3:]]
+    assert [message["role"] for message in messages] == ["system", "user", "assistant", "user"]
     prompt_ids = tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"]
     assert [turn.prompt_ids for turn in (*pair.chosen, *pair.rejected)] == [prompt_ids, prompt_ids]
     for side, turn in (("chosen", pair.chosen[0]), ("rejected", pair.rejected[0])):
@@ -143,11 +141,139 @@ def test_balancing_keeps_pairs_in_which_every_action_is_as_often_chosen_as_rejec
     assert balance_by_action(balanced, seed=1) == balanced
 
 
+def _dropped_hold_a_cycle(pairs: list[PreferencePair], kept: list[PreferencePair]) -> bool:
+    """Whether the pairs balancing left out (counted by edge) still hold a cycle between actions seen more than once:
+    a balanced subset that could have been larger."""
+    seen = [action for pair in pairs for action in (pair.chosen_action, pair.rejected_action)]
+    node = {action: (action if seen.count(action) > 1 else None) for action in seen}
+    left = {}
+    for pair in pairs:
+        edge = (node[pair.chosen_action], node[pair.rejected_action])
+        left[edge] = left.get(edge, 0) + 1
+    for pair in kept:
+        left[(node[pair.chosen_action], node[pair.rejected_action])] -= 1
+    graph = {}
+    for (a, b), count in left.items():
+        if count:
+            graph.setdefault(a, set()).add(b)
+    # Kahn's algorithm: a graph is acyclic exactly when repeatedly removing sourceless nodes empties it.
+    nodes = set(graph) | {b for targets in graph.values() for b in targets}
+    indegree = {n: 0 for n in nodes}
+    for targets in graph.values():
+        for b in targets:
+            indegree[b] += 1
+    ready = [n for n in nodes if indegree[n] == 0]
+    removed = 0
+    while ready:
+        n = ready.pop()
+        removed += 1
+        for b in graph.get(n, ()):
+            indegree[b] -= 1
+            if indegree[b] == 0:
+                ready.append(b)
+    return removed < len(nodes)
+
+
+def test_balancing_free_text_actions_keeps_a_maximal_balanced_subset():
+    import random
+
+    # 50 distinct free-text actions (tool calls with free arguments, say), chosen over one another at random and
+    # lopsidedly: actions early in the list are mostly chosen, late ones mostly rejected.
+    actions = [f'search({{"query": "item {index}"}})' for index in range(50)]
+    rng = random.Random(7)
+    pairs = []
+    for _ in range(400):
+        a, b = sorted(rng.sample(range(50), 2))
+        chosen, rejected = (a, b) if rng.random() < 0.8 else (b, a)
+        pairs.append(_pair(actions[chosen], actions[rejected]))
+    kept = balance_by_action(pairs, seed=0)
+    counts = action_counts(kept)
+    assert len(kept) > 100
+    # Every action kept is as often chosen as rejected: none is only ever chosen or only ever rejected.
+    assert all(count["chosen"] == count["rejected"] > 0 for count in counts.values())
+    assert not _dropped_hold_a_cycle(pairs, kept)
+    assert balance_by_action(pairs, seed=0) == kept
+
+
+def test_balancing_keeps_pairs_of_one_off_free_text_answers():
+    # Every answer written once (typed commands, free-form replies): no answer is a habit to unlearn, so each pair
+    # stands; the same answer chosen twice and never rejected is still balanced away.
+    pairs = [_pair(f"answer {index}", f"reply {index}") for index in range(20)]
+    assert balance_by_action(pairs, seed=3) == pairs
+    lopsided = [_pair("always", "reply a"), _pair("always", "reply b")]
+    assert balance_by_action(pairs + lopsided, seed=3) == pairs
+
+
+def test_an_action_is_what_the_environment_plays_or_the_tool_calls_a_turn_makes():
+    assert action_key(GRID, {"role": "assistant", "content": "goal is up 1 left 0 ; action up"}) == "up"
+    field = tool_chat.field_call("add", {"item_id": "k7", "quantity": 2})
+    markup = tool_chat.markup_call("add", {"quantity": 2, "item_id": "k7"}, thought="found it")
+    # The same call, written as a field or as markup, with other reasoning around it, is the same action.
+    assert action_key(GRID, field) == action_key(GRID, markup) != action_key(GRID, tool_chat.markup_call("add", {}))
+
+
+def test_step_dpo_on_tool_calls_prompts_with_the_tools_and_trains_the_assistant_turn_only(tool_policy_dir, tmp_path):
+    rows = tool_chat.step_preference_rows()
+    data = write_jsonl(rows, tmp_path / "steps.jsonl")
+    # The corrections raise the quantity one by one, a chain with no cycle: balancing would keep none of them.
+    config = make_config(
+        tool_policy_dir,
+        data,
+        tmp_path / "run",
+        environment=TOOL_ENVIRONMENT,
+        environment_config={},
+        max_steps=2,
+        batch_size=2,
+        balance="none",
+    )
+    loaded = load_policy_model(tool_policy_dir)
+    tokenizer = loaded.tokenizer
+    pairs = preference_pairs(rows, tokenizer, None, "step", GridWorld())
+    trainer = step_trainer(config, loaded.model, tokenizer, pairs, steps=1)
+    for row, record in zip(rows, trainer.train_dataset, strict=True):
+        prompt = tokenizer.decode(record["prompt_ids"])
+        assert tool_chat.TOOLS_BLOCK in prompt and "<tool_response>" in prompt
+        assert prompt == tokenizer.apply_chat_template(
+            row["prompt"], tools=tool_chat.TOOLS, tokenize=False, add_generation_prompt=True
+        )
+        for side in ("chosen", "rejected"):
+            whole = tokenizer.apply_chat_template(row["prompt"] + row[side], tools=tool_chat.TOOLS, tokenize=False)
+            assert tokenizer.decode(record[f"{side}_ids"]) == tool_chat.assistant_spans(tokenizer, whole)[-1]
+    summary = main(config, RecordingReporter())
+    assert summary["steps"] == 2 and summary["metrics"]["used"] == len(rows)
+
+
+def test_trajectory_dpo_on_tool_calls_scores_every_assistant_turn_and_no_tool_result(tool_policy_dir, tmp_path):
+    rows = tool_chat.preference_rows(4)
+    data = write_jsonl(rows, tmp_path / "pairs.jsonl")
+    loaded = load_policy_model(tool_policy_dir)
+    tokenizer = loaded.tokenizer
+    [pair, *_] = preference_pairs(rows, tokenizer, None, "trajectory", GridWorld())
+    whole = tokenizer.apply_chat_template(rows[0]["prompt"] + rows[0]["chosen"], tools=tool_chat.TOOLS, tokenize=False)
+    batch = pad_turns(pair.chosen, tokenizer.pad_token_id)
+    trained = [
+        tokenizer.decode(ids[mask.bool()]) for ids, mask in zip(batch.input_ids, batch.completion_mask, strict=True)
+    ]
+    assert trained == tool_chat.assistant_spans(tokenizer, whole)
+    assert all(tool_chat.TOOLS_BLOCK in tokenizer.decode(turn.prompt_ids) for turn in pair.chosen)
+    config = make_config(
+        tool_policy_dir,
+        data,
+        tmp_path / "run",
+        environment=TOOL_ENVIRONMENT,
+        environment_config={},
+        level="trajectory",
+        max_steps=2,
+        batch_size=2,
+    )
+    assert main(config, RecordingReporter())["steps"] == 2
+
+
 def test_observation_positions_get_no_gradient_in_the_step_level_dpo_loss(tiny_policy_dir, step_rows_path, tmp_path):
     config = make_config(tiny_policy_dir, step_rows_path, tmp_path / "run", precompute_ref_log_probs=False)
     loaded = load_policy_model(tiny_policy_dir)
     rows = [json.loads(line) for line in step_rows_path.read_text().splitlines()][:4]
-    pairs = preference_pairs(rows, loaded.tokenizer, 0, "step")
+    pairs = preference_pairs(rows, loaded.tokenizer, 0, "step", GRID)
     trainer = step_trainer(config, loaded.model, loaded.tokenizer, pairs, steps=1)
     # On the model's device, as the Trainer's own training step puts them (CUDA where there is one).
     inputs = trainer._prepare_inputs(trainer.data_collator([trainer.train_dataset[i] for i in range(len(pairs))]))
@@ -183,7 +309,7 @@ def test_step_level_dpo_raises_the_chosen_steps_over_the_rejected_ones(tiny_poli
     summary = main(config, reporter)
     loaded = load_policy_model(tiny_policy_dir)
     rows = [json.loads(line) for line in one_sided_rows_path.read_text().splitlines()]
-    pairs = preference_pairs(rows, loaded.tokenizer, 0, "step")
+    pairs = preference_pairs(rows, loaded.tokenizer, 0, "step", GRID)
     before, after = chosen_margins(tiny_policy_dir, pairs), chosen_margins(tmp_path / "run", pairs)
     assert after.mean() > before.mean() + 1.0
     assert (after > before).float().mean() > 0.8
@@ -191,6 +317,12 @@ def test_step_level_dpo_raises_the_chosen_steps_over_the_rejected_ones(tiny_poli
     losses = reporter.series("loss")
     assert len(losses) == 12 and losses[-1] < losses[0]
     assert summary["labels_used"] == summary["pairs_available"] == len(rows)
+    metrics = summary["metrics"]
+    assert (metrics["used"], metrics["ties"], metrics["unbalanced"]) == (
+        len(rows),
+        0,
+        0,
+    )
     assert summary["action_counts"] == {
         "left": {"chosen": 0, "rejected": len(rows)},
         "right": {"chosen": len(rows), "rejected": 0},
@@ -213,7 +345,7 @@ def test_step_level_dpo_raises_the_chosen_steps_over_the_rejected_ones(tiny_poli
 def test_trajectory_dpo_sums_the_turns_of_each_side(tiny_policy_dir, trajectory_rows_path):
     loaded = load_policy_model(tiny_policy_dir)
     rows = [json.loads(line) for line in trajectory_rows_path.read_text().splitlines()][:3]
-    pairs = preference_pairs(rows, loaded.tokenizer, 0, "trajectory")
+    pairs = preference_pairs(rows, loaded.tokenizer, 0, "trajectory", GRID)
     for row, pair in zip(rows, pairs, strict=True):
         assert len(pair.chosen) == sum(message["role"] == "assistant" for message in row["chosen"])
         assert len(pair.rejected) == sum(message["role"] == "assistant" for message in row["rejected"])
@@ -232,7 +364,7 @@ def test_trajectory_dpo_sums_the_turns_of_each_side(tiny_policy_dir, trajectory_
 def test_observation_positions_get_no_gradient_in_the_trajectory_loss(tiny_policy_dir, trajectory_rows_path):
     loaded = load_policy_model(tiny_policy_dir)
     rows = [json.loads(line) for line in trajectory_rows_path.read_text().splitlines()][:3]
-    pairs = preference_pairs(rows, loaded.tokenizer, 0, "trajectory")
+    pairs = preference_pairs(rows, loaded.tokenizer, 0, "trajectory", GRID)
     captured = []
 
     def keep(module, args, output):
@@ -265,7 +397,7 @@ def test_trajectory_dpo_raises_the_preferred_trajectories(tiny_policy_dir, traje
     summary = main(config, reporter)
     loaded = load_policy_model(tiny_policy_dir)
     rows = [json.loads(line) for line in trajectory_rows_path.read_text().splitlines()]
-    pairs = preference_pairs(rows, loaded.tokenizer, 0, "trajectory")
+    pairs = preference_pairs(rows, loaded.tokenizer, 0, "trajectory", GRID)
     before, after = chosen_margins(tiny_policy_dir, pairs), chosen_margins(tmp_path / "run", pairs)
     assert after.mean() > before.mean() + 1.0
     assert reporter.steps == [(step, 10) for step in range(1, 11)]
@@ -314,11 +446,11 @@ def test_the_row_check_names_every_row_that_is_no_pair_and_why(episodes, tiny_po
     config.level = "trajectory"
     problems = row_problems(rows, config)
     assert set(problems) == {3, 6}
-    assert problems[3].startswith("the prompt must end with an observation (a user message)")
+    assert problems[3].startswith("the prompt must end with an observation (a user or tool message)")
     assert "'chosen' must be a non-empty list of messages" in problems[6]
     loaded = load_policy_model(tiny_policy_dir)
     with pytest.raises(ConfigError) as error:  # loading the data runs the same check
-        preference_pairs(rows, loaded.tokenizer, 0, "trajectory")
+        preference_pairs(rows, loaded.tokenizer, 0, "trajectory", GRID)
     assert str(error.value).startswith("data_path: 2 of 8 rows cannot be used: row 3: the prompt must end")
 
 
@@ -379,9 +511,9 @@ def test_oracle_interventions_on_the_policys_own_rollouts_correct_its_first_wron
     assert len(rows) == len(wrong) > 0
     for row, episode in zip(rows, wrong, strict=True):
         step = episode.first_error
-        assert row["step_index"] == step and row["prompt"] == episode.messages[: 2 + 2 * step]
+        assert row["step_index"] == step and row["prompt"] == episode.conversation.before_step(step)
         # The rejected step is what the policy wrote there; the chosen one a shortest-path move from that state.
-        assert row["rejected"] == [episode.messages[2 + 2 * step]]
+        assert row["rejected"] == [episode.conversation.assistant(step)]
         env = GridWorld(**SMALL_GRID)
         best = env.oracle(env.make_task(episode.task_id)).best_actions(episode.actions[:step])
         assert parse_decision(row["chosen"][0]["content"])[1] == row["chosen_action"] in best

@@ -22,9 +22,11 @@ from reward_models.finetune.grpo import (
     environment_prompts,
     first_step_preference_rows,
     main,
+    prompt_dataset,
 )
 from reward_models.oracle_data import write_jsonl
 from reward_models.policy.turns import parse_decision
+from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 TINY = {
@@ -98,7 +100,14 @@ def test_the_reward_function_scores_prompt_and_completion_with_the_reward_model(
     prompts = [row["prompt"] for row in rows] * 2
     completions = [row["chosen"] for row in rows] + [row["rejected"] for row in rows]
     reward = RewardModelReward(reward_model_dir, "cpu")
-    scores = reward(prompts=prompts, completions=completions, completion_ids=None)
+    # TRL hands the reward function the sampled texts and the dataset's other columns.
+    scores = reward(
+        prompts=["rendered"] * len(prompts),
+        completions=[completion[0]["content"] for completion in completions],
+        completion_ids=None,
+        conversation=[json.dumps(prompt) for prompt in prompts],
+        tools=["[]"] * len(prompts),
+    )
     expected, _ = load_reward_model(reward_model_dir, "cpu").score(prompts, completions)
     assert scores == pytest.approx(expected)
     assert all(math.isfinite(score) for score in scores)
@@ -108,12 +117,45 @@ def test_prompts_are_first_observations_of_training_tasks_or_a_snapshots_distinc
     config = GRPOConfig(policy_path=str(policy_dir), reward_model_path="rm", output_dir=str(tmp_path))
     env = GridWorld()
     tasks = [env.make_task(seed) for seed in (3, 4)]
-    prompts = environment_prompts(config, tasks, 0)
-    assert [p[1]["content"] for p in prompts] == [env.reset(task) for task in tasks]
-    rows = [{"prompt": prompts[0]}, {"prompt": prompts[1]}, {"prompt": prompts[0]}]
+    prompts = environment_prompts(config, tasks)
+    assert [messages[1]["content"] for messages, _ in prompts] == [env.reset(task) for task in tasks]
+    assert [tools for _, tools in prompts] == [None, None]
+    rows = [{"prompt": prompts[0][0], "tools": []}, {"prompt": prompts[1][0]}, {"prompt": prompts[0][0]}]
     assert data_prompts(rows) == prompts
-    with pytest.raises(ConfigError, match="row 1 has no 'prompt'"):
+    tool_rows = [{"prompt": prompts[0][0], "tools": json.dumps(tool_chat.TOOLS)}]  # as Parquet holds them
+    assert data_prompts(rows + tool_rows) == [*prompts, (prompts[0][0], tool_chat.TOOLS)]
+    with pytest.raises(ConfigError, match="row 1: 'prompt' must be a non-empty list of messages"):
         data_prompts([{"chosen": []}])
+
+
+def test_grpo_prompts_reach_trl_rendered_with_their_own_tools(tool_policy_dir, tmp_path):
+    from reward_models.finetune.common import load_policy_model
+    from reward_models.reward import RewardConfig
+    from reward_models.reward import main as train_reward
+
+    tokenizer = load_policy_model(tool_policy_dir).tokenizer
+    rows = tool_chat.step_preference_rows(2)
+    prompts = data_prompts(rows + [{"prompt": rows[0]["prompt"]}])
+    dataset = prompt_dataset(tokenizer, prompts)
+    assert tool_chat.TOOLS_BLOCK in dataset[0]["prompt"] and tool_chat.TOOLS_BLOCK not in dataset[2]["prompt"]
+    assert dataset[0]["prompt"] == tokenizer.apply_chat_template(
+        rows[0]["prompt"], tools=tool_chat.TOOLS, tokenize=False, add_generation_prompt=True
+    )
+    rm = tmp_path / "rm"
+    data = write_jsonl(tool_chat.step_preference_rows(), tmp_path / "steps.jsonl")
+    train_reward(RewardConfig(data_path=str(data), base_model=str(tool_policy_dir), output_dir=str(rm), max_steps=2))
+    config = make_config(
+        tool_policy_dir,
+        rm,
+        tmp_path / "run",
+        data_path=str(data),
+        environment="tests.reward_models.tool_chat.ToolCounter",
+        environment_config={},
+        max_steps=1,
+        eval_tasks=2,
+    )
+    summary = main(config, RecordingReporter())
+    assert summary["steps"] == 1 and math.isfinite(summary["metrics"]["last_reward"])
 
 
 @pytest.fixture(scope="module")

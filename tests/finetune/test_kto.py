@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from reward_models.common import ConfigError, config_from_dict
-from reward_models.finetune.common import conversation_turns, load_policy_model, pad_turns
+from reward_models.finetune.common import load_policy_model, pad_turns, row_conversation
 from reward_models.finetune.kto import KTOConfig, kto_examples, kto_trainer, main, with_kl_completions
 from reward_models.oracle_data import scripted_episodes, unpaired_rows, write_jsonl
-from reward_models.policy.turns import TurnEncoding, format_decision, parse_decision, render_prompt, turn_messages
+from reward_models.policy.turns import TurnEncoding, format_decision, parse_decision, render_prompt
+from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
@@ -71,11 +72,13 @@ def test_every_assistant_turn_is_an_example_with_its_own_prompt_and_the_trajecto
     assert used == 3
     expected = []
     for row in rows[:3]:
-        instruction, turns = conversation_turns(row["prompt"] + row["completion"])
-        for turn in turns:
-            # What the policy tokenizes before generating this turn (window 0: the current observation only).
-            prompt = render_prompt(tokenizer, turn_messages(instruction, [], turn.observation, 0))
-            completion = tokenizer(turn.response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        conversation = row_conversation(row["prompt"] + row["completion"])
+        for step in range(conversation.num_steps):
+            # What the policy tokenizes before generating this turn (window 0: the instruction and the observation).
+            shown = [conversation.messages[0], conversation.messages[conversation.step_starts[step] - 1]]
+            prompt = render_prompt(tokenizer, shown)
+            text = conversation.assistant(step)["content"]
+            completion = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
             expected.append((tokenizer(prompt, add_special_tokens=False)["input_ids"], completion, row["label"]))
     assert [(e["prompt_ids"], e["completion_ids"], e["label"]) for e in examples] == expected
 
@@ -199,3 +202,33 @@ def test_unpaired_rows_rate_successes_up_and_failures_down():
     assert [row["prompt"] + row["completion"] for row in rows] == [episode.messages for episode in episodes]
     flipped = unpaired_rows(episodes, epsilon=1.0)
     assert [row["label"] for row in flipped] == [not episode.success for episode in episodes]
+
+
+def test_kto_on_tool_calls_prompts_with_the_tools_and_rates_the_assistant_turns_only(tool_policy_dir, tmp_path):
+    rows = []
+    for index, row in enumerate(tool_chat.preference_rows(4)):
+        base = {"prompt": row["prompt"], "tools": row["tools"], "task_id": index}
+        rows += [
+            {**base, "completion": row["chosen"], "label": True},
+            {**base, "completion": row["rejected"], "label": False},
+        ]
+    tokenizer = load_policy_model(tool_policy_dir).tokenizer
+    examples, used = kto_examples(rows, tokenizer, None, 1024)
+    assert used == len(rows) and len(examples) == 3 * len(rows)
+    whole = tokenizer.apply_chat_template(
+        rows[0]["prompt"] + rows[0]["completion"], tools=tool_chat.TOOLS, tokenize=False
+    )
+    assert [tokenizer.decode(e["completion_ids"]) for e in examples[:3]] == tool_chat.assistant_spans(tokenizer, whole)
+    assert all(tool_chat.TOOLS_BLOCK in tokenizer.decode(e["prompt_ids"]) for e in examples)
+    assert all("<tool_response>" not in tokenizer.decode(e["completion_ids"]) for e in examples)
+    data = write_jsonl(rows, tmp_path / "unpaired.jsonl")
+    config = make_config(
+        tool_policy_dir,
+        data,
+        tmp_path / "run",
+        environment="tests.reward_models.tool_chat.ToolCounter",
+        environment_config={},
+        max_steps=2,
+        batch_size=4,
+    )
+    assert main(config)["steps"] == 2

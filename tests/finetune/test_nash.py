@@ -28,8 +28,8 @@ from reward_models.finetune.preference_model import PreferenceModelConfig
 from reward_models.finetune.preference_model import main as train_preference_model
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
 from reward_models.policy.local import LocalCausalLMPolicy
-from reward_models.policy.turns import turn_messages
 from reward_models.rollout import rollout
+from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 # Small runs: 3 tasks per iteration, 4 held-out tasks before and after.
@@ -74,7 +74,9 @@ def make_config(policy_dir, preference_model_dir, output_dir, **overrides) -> Na
 
 
 def conversations():
-    return [turn_messages("reach the goal G", [], observation, 0) for observation in OBSERVATIONS]
+    """What a policy with a window of 0 is shown before acting: the instruction and the observation."""
+    instruction = {"role": "system", "content": "reach the goal G"}
+    return [[instruction, {"role": "user", "content": observation}] for observation in OBSERVATIONS]
 
 
 # --- the mixture -------------------------------------------------------------------------------------------------
@@ -279,3 +281,50 @@ def test_command_line_help_and_a_tiny_run(policy_dir, preference_model_dir, tmp_
     summary = json.loads(result.stdout)
     assert summary["iterations"] == 1
     assert (tmp_path / "cli" / "tandem_artifact.json").is_file()
+
+
+@pytest.fixture(scope="module")
+def tool_preference_model_dir(tool_policy_dir, tmp_path_factory) -> Path:
+    """A preference model on tool-calling trajectories, read through the chat template with their tools."""
+    work = tmp_path_factory.mktemp("tool-pm")
+    config = PreferenceModelConfig(
+        data_path=str(write_jsonl(tool_chat.preference_rows(), work / "preference.jsonl")),
+        base_model=str(tool_policy_dir),
+        output_dir=str(work / "pm"),
+        max_steps=2,
+        batch_size=4,
+        eval_fraction=0.0,
+    )
+    train_preference_model(config)
+    return Path(config.output_dir)
+
+
+@pytest.mark.parametrize("method", ["nash_md", "spo"])
+def test_nash_and_spo_on_tool_calls_judge_the_preference_layout_with_the_tools(
+    method, tool_policy_dir, tool_preference_model_dir, tmp_path
+):
+    from reward_models.finetune.nash import preference_pair
+    from reward_models.finetune.preference_model import load_preference_model
+
+    ours, theirs = tool_chat.episode(2, 2), tool_chat.episode(2, 3)
+    prompt, a, b = preference_pair(ours, theirs)
+    assert prompt == ours.prompt and a[0]["role"] == "assistant" and a[-1] == ours.steps[-1].replies[-1]
+    preference = load_preference_model(tool_preference_model_dir, "cpu")
+    assert tool_chat.TOOLS_BLOCK in preference.tokenizer.decode(preference.encode(prompt, a, ours.tools))
+    assert preference.encode(prompt, a, None) != preference.encode(prompt, a, ours.tools)
+    [p_ab], [p_ba] = (preference.probability([pair], [ours.tools]) for pair in ((prompt, a, b), (prompt, b, a)))
+    assert 0 < p_ab < 1 and p_ba == pytest.approx(1 - p_ab)
+    config = make_config(
+        tool_policy_dir,
+        tool_preference_model_dir,
+        tmp_path / "run",
+        method=method,
+        environment="tests.reward_models.tool_chat.ToolCounter",
+        environment_config={},
+        max_steps=1,
+        batch_size=2,
+        samples_per_task=2,
+        eval_tasks=2,
+    )
+    summary = main(config, RecordingReporter())
+    assert summary["iterations"] == 1 and math.isfinite(summary["history"][0]["loss"])

@@ -13,20 +13,21 @@ import pytest
 import torch
 
 from reward_models.common import ConfigError, config_from_dict
+from reward_models.conversation import split_conversation
 from reward_models.finetune.ppo import PPOConfig, main, setup_run
 from reward_models.finetune.ppo_rewards import (
     RunningMoments,
     charge_invalid_turns,
-    critic_steps,
-    episode_messages,
+    critic_texts,
     gae,
     reward_model_inputs,
 )
 from reward_models.oracle_data import build_tiny_base, preference_rows, scripted_episodes, stepwise_rows, write_jsonl
-from reward_models.policy.turns import elide_observations, transcript
-from reward_models.rollout import Episode, Step
+from reward_models.policy.turns import elide_observations, render_prompt, transcript
+from reward_models.rollout import Episode, Step, episode_messages
 from reward_models.value import load_value_critic
 from tests.launch import launch_env, launch_failure, torchrun
+from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 # A 4x4 grid with a 6-step limit keeps episodes, and the critic's transcripts, short.
@@ -127,12 +128,24 @@ def test_gae_refuses_rewards_and_values_of_different_lengths():
         gae([0.0, 1.0], [0.0], gamma=1.0, lam=1.0)
 
 
-def _episode(observations: list[str], texts: list[str]) -> Episode:
+def _episode_of(messages: list[dict], tools: list[dict] | None = None) -> Episode:
+    """An episode whose conversation is `messages` (the prompt, then each turn and what came back)."""
+    prompt, turns = split_conversation(messages)
     steps = [
-        Step(observation=o, reasoning="", action=t.rsplit(" ", 1)[-1], text=t, reward=0.0, done=False)
-        for o, t in zip(observations, texts, strict=True)
+        Step("", turn.message, list(turn.replies), "", "", turn.message.get("content") or "", reward=0.0, done=False)
+        for turn in turns
     ]
-    return Episode({"seed": 1, "instruction": "reach the goal G"}, 0, steps, "", 0.0, False, False)
+    return Episode(
+        {"seed": 1, "instruction": prompt[0]["content"]}, 0, steps, "", 0.0, False, False, prompt, tools or []
+    )
+
+
+def _episode(observations: list[str], texts: list[str]) -> Episode:
+    """A gridworld episode: observation i, then turn i; the last observation is where the last turn led."""
+    messages = [{"role": "system", "content": "reach the goal G"}, {"role": "user", "content": observations[0]}]
+    for text, observation in zip(texts, [*observations[1:], ". . | . A"], strict=True):
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": observation}]
+    return _episode_of(messages)
 
 
 EPISODE_OBSERVATIONS = [". A | G .", ". . | G A", ". . | A ."]
@@ -148,7 +161,7 @@ def test_the_reward_model_reads_an_episode_as_the_preference_export_lays_it_out(
     first, second = scripted_episodes(1, per_task=2, noises=(0.0, 1.0), seed=3, env_config=SMALL_GRID)
     row = preference_rows([first, second], ties="include")[0]
     chosen = first if row["chosen_trajectory_id"] == first.trajectory_id else second
-    replayed = _episode([m["content"] for m in chosen.messages[1::2]], [m["content"] for m in chosen.messages[2::2]])
+    replayed = _episode_of(chosen.messages)
     assert reward_model_inputs(replayed, "full") == (row["prompt"], row["chosen"])
     prompt, completion = reward_model_inputs(replayed, "decisions")
     assert [*prompt, *completion] == elide_observations(chosen.messages)
@@ -176,13 +189,22 @@ def test_invalid_turns_are_charged_and_counted_and_valid_ones_left_alone():
     assert rewards == [[0.0, -0.25, 1.0]]
 
 
-def test_the_critic_reads_each_step_before_its_decision():
-    prompt, pieces = critic_steps(episode_messages(EPISODE))
-    messages = episode_messages(EPISODE)
+def test_the_critic_reads_each_step_before_its_decision(tiny_policy_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy_dir)
+    conversation = EPISODE.conversation()
+    prompt, pieces = critic_texts(tokenizer, conversation, None, "text")
     for step in range(len(pieces)):
         upto = prompt + "".join(pieces[: step + 1])
-        assert upto == transcript(messages[: 2 + 2 * step]) + "\nAssistant:"
-        assert upto.endswith(f"User: {EPISODE.steps[step].observation}\nAssistant:")
+        assert upto == transcript(conversation.before_step(step)) + "\nAssistant:"
+        assert upto.endswith(f"User: {EPISODE_OBSERVATIONS[step]}\nAssistant:")
+    # Through the chat template: up to the end of the prompt the policy was given for each turn.
+    prompt, pieces = critic_texts(tokenizer, conversation, None, "conversational")
+    for step in range(len(pieces)):
+        upto = prompt + "".join(pieces[: step + 1])
+        assert upto == render_prompt(tokenizer, conversation.before_step(step))
+        assert upto.endswith(f"<user> {EPISODE_OBSERVATIONS[step]} <assistant>")
 
 
 def test_running_moments_match_the_statistics_of_everything_seen():
@@ -257,7 +279,7 @@ def test_ppo_trains_the_policy_and_the_critic_and_logs_finite_figures(trained, t
     assert summary["labels_used"] == 0 and summary["iterations"] == 4 and summary["resumed_from"] is None
     assert [record["iteration"] for record in metrics["selection"]] == [0, 2, 4]
     critic = load_value_critic(Path(config.output_dir) / "value_critic", device="cpu")
-    values = critic.values(*critic_steps(episode_messages(EPISODE)))
+    [values] = critic.conversation_values([episode_messages(EPISODE)])
     assert len(values) == 3 and all(math.isfinite(v) for v in values)
 
 
@@ -400,3 +422,70 @@ def test_the_command_line_shows_help_and_trains_on_the_oracle_reward_across_two_
     # Each process rolled out half the tasks, and both trained on all of them.
     assert summary["episodes"] == 2 * TINY["rollouts_per_step"]
     assert "policy_loss=" in done.stderr
+
+
+def test_ppo_on_tool_calls_renders_the_tools_scores_the_generated_tokens_and_judges_in_the_rows_layout(
+    tool_policy_dir, tmp_path
+):
+    from reward_models.finetune.ppo_rewards import JudgeRewards, prm_messages
+    from reward_models.prm import PRMConfig
+    from reward_models.prm import main as train_prm
+    from reward_models.reward import RewardConfig
+    from reward_models.reward import main as train_reward_model
+
+    fast = {
+        "batch_size": 4,
+        "max_steps": 2,
+        "save_steps": 1000,
+        "eval_fraction": 0.0,
+        "base_model": str(tool_policy_dir),
+    }
+    pairs = write_jsonl(tool_chat.preference_rows(), tmp_path / "preference.jsonl")
+    train_reward_model(RewardConfig(data_path=str(pairs), output_dir=str(tmp_path / "rm"), **fast))
+    steps = write_jsonl(tool_chat.stepwise_rows(), tmp_path / "stepwise.jsonl")
+    train_prm(PRMConfig(data_path=str(steps), output_dir=str(tmp_path / "prm"), **fast))
+    judges = {"reward_model_path": tmp_path / "rm", "prm_path": tmp_path / "prm"}
+    config = make_config(
+        tool_policy_dir,
+        tmp_path / "run",
+        judges,
+        environment="tests.reward_models.tool_chat.ToolCounter",
+        environment_config={},
+        rollouts_per_step=4,
+        eval_tasks=2,
+        selection_tasks=0,
+        max_steps=1,
+    )
+    run = setup_run(config, RecordingReporter())
+    run.state = {"kl_beta": config.kl_beta}
+    episodes = run.rollouts(0)
+    tokenizer = run.tokenizer
+    batch = run.collect(episodes)
+    generated = [step.token_ids for episode in episodes for step in episode.steps]
+    assert [encoding.completion_ids for encoding in batch.encodings] == generated
+    assert all(tool_chat.TOOLS_BLOCK in tokenizer.decode(encoding.prompt_ids) for encoding in batch.encodings)
+    critic_text = run.critic_tokenizer.decode(batch.windows[0].input_ids)
+    assert tool_chat.TOOLS_BLOCK in critic_text and critic_text.endswith("<|im_start|>assistant\n")
+    # The judges read an episode as the rows they trained on read: the reward model the preference layout, the PRM
+    # the stepwise layout, both through the chat template with the episode's tools.
+    judge_rewards = JudgeRewards(
+        str(judges["reward_model_path"]),
+        str(judges["prm_path"]),
+        prm_weight=1.0,
+        layout="full",
+        normalise=False,
+        device="cpu",
+    )
+    episode = tool_chat.episode(2, 2)
+    prompt, completion = reward_model_inputs(episode, "full")
+    assert (prompt, completion) == (episode.prompt, episode_messages(episode)[len(episode.prompt) :])
+    ids = judge_rewards.reward_model.encode(prompt, completion, episode.tools)
+    assert tool_chat.TOOLS_BLOCK in judge_rewards.reward_model.tokenizer.decode(ids)
+    rewards, _ = judge_rewards([episode])
+    [direct] = judge_rewards.prm.conversation_scores([prm_messages(episode)], [tool_chat.TOOLS])
+    score, _ = judge_rewards.reward_model.score([prompt], [completion], [tool_chat.TOOLS])
+    expected = [min(p - 0.5, 0.0) for p in direct]
+    expected[-1] += score[0]
+    assert rewards[0] == pytest.approx(expected, abs=1e-5)
+    summary = main(config, RecordingReporter())
+    assert summary["iterations"] == 1

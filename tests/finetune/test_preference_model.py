@@ -25,6 +25,7 @@ from reward_models.finetune.preference_model import (
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
 from reward_models.policy.turns import elide_observations, judge_view
 from tests.launch import launch_env, launch_failure, torchrun
+from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
@@ -124,6 +125,42 @@ def test_the_actions_and_moves_layouts_keep_each_action_and_drop_the_reasoning()
     assert messages[2]["content"] == "goal is down 1 ; action down"  # the input is left as it was
     with pytest.raises(ValueError, match="layout must be one of full, decisions, actions, moves"):
         judge_view(messages, "reasoning")
+
+
+def test_the_layouts_read_tool_calls_as_actions_and_tool_results_as_observations():
+    messages = tool_chat.trajectory(2, 2).messages
+    actions = judge_view(messages, "actions")
+    # The calls are the action, written as a field or as markup; the thought around them is reasoning.
+    assert actions[2] == {**messages[2], "content": ""} and actions[2]["tool_calls"] == messages[2]["tool_calls"]
+    assert actions[4]["content"].startswith("<tool_call>") and "found it" not in actions[4]["content"]
+    assert [m for m in actions if m["role"] != "assistant"] == [m for m in messages if m["role"] != "assistant"]
+    decisions = judge_view(messages, "decisions")
+    # The prompt and the last observation are kept; the tool results between are emptied.
+    assert decisions[:2] == messages[:2] and decisions[-1] == messages[-1]
+    assert [m["content"] for m in decisions if m["role"] == "tool"] == ["", ""]
+
+
+def test_a_preference_model_on_tool_calls_reads_rows_through_the_chat_template_with_their_tools(
+    tool_policy_dir, tmp_path
+):
+    rows = tool_chat.preference_rows()
+    data = write_jsonl(rows, tmp_path / "pairs.jsonl")
+    config = PreferenceModelConfig(
+        data_path=str(data), base_model=str(tool_policy_dir), output_dir=str(tmp_path / "pm"), max_steps=2, **FAST
+    )
+    assert main(config)["steps"] == 2
+    model = load_preference_model(tmp_path / "pm", "cpu")
+    row = rows[0]
+    read = model.tokenizer.decode(model.encode(row["prompt"], row["chosen"], row["tools"]))
+    assert read == model.tokenizer.apply_chat_template(
+        row["prompt"] + row["chosen"], tools=row["tools"], tokenize=False
+    )
+    assert tool_chat.TOOLS_BLOCK in read
+    [forward], [backward] = (
+        model.probability([pair], [row["tools"]])
+        for pair in ((row["prompt"], row["chosen"], row["rejected"]), (row["prompt"], row["rejected"], row["chosen"]))
+    )
+    assert forward + backward == pytest.approx(1.0)
 
 
 def test_training_lowers_the_loss_and_beats_chance_on_held_out_tasks(trained):

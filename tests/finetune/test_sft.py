@@ -17,7 +17,8 @@ from reward_models.finetune.common import load_policy_model, pad_turns
 from reward_models.finetune.sft import SFTConfig, main, sft_examples, sft_trainer
 from reward_models.oracle_data import intervention_sft_rows, scripted_episodes, write_jsonl
 from reward_models.policy.model import save_policy
-from reward_models.policy.turns import Turn, TurnEncoding, render_prompt, turn_messages
+from reward_models.policy.turns import TurnEncoding, render_prompt
+from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
@@ -41,7 +42,7 @@ def episodes():
 @pytest.fixture(scope="module")
 def rows(episodes) -> list[dict]:
     """Intervention corrections, and one demonstration (a whole trajectory played by a person)."""
-    demonstration = {"messages": episodes[0].messages, "source": "demonstration", "step_index": None}
+    demonstration = {"messages": episodes[0].messages, "tools": [], "source": "demonstration", "step_index": None}
     return [*intervention_sft_rows(episodes), {**demonstration, "trajectory_id": 1, "task_id": episodes[0].task_id}]
 
 
@@ -64,12 +65,11 @@ def test_only_the_turns_from_the_intervention_on_are_imitated_each_after_the_pol
     row = next(row for row in rows if row["source"] == "intervention" and row["step_index"] >= 1)
     examples, used = sft_examples([row], tokenizer, history_window=1, sources=["intervention"], max_length=1024)
     assert used == {"intervention": 1}
-    step, messages = row["step_index"], row["messages"]
-    previous = Turn(messages[2 * step - 1]["content"], messages[2 * step]["content"])
-    prompt = tokenizer(
-        render_prompt(tokenizer, turn_messages(messages[0]["content"], [previous], messages[-2]["content"], 1)),
-        add_special_tokens=False,
-    )["input_ids"]
+    messages = row["messages"]
+    # Shown one previous turn: the instruction, the previous observation and turn, then the current observation.
+    shown = [messages[0], *messages[-4:-1]]
+    assert [message["role"] for message in shown] == ["system", "user", "assistant", "user"]
+    prompt = tokenizer(render_prompt(tokenizer, shown), add_special_tokens=False)["input_ids"]
     completion = tokenizer(messages[-1]["content"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     # One example: the correction. The policy's own steps before it are context, never targets.
     assert examples == [{"input_ids": prompt + completion, "labels": [-100] * len(prompt) + completion}]
@@ -196,3 +196,37 @@ def test_intervention_sft_rows_are_the_prefix_then_the_same_correction_as_the_st
     rows = intervention_sft_rows(episodes, seed=4)
     assert [row["messages"] for row in rows] == [pair["prompt"] + pair["chosen"] for pair in pairs]
     assert all(row["source"] == "intervention" and row["step_index"] == len(row["messages"]) // 2 - 1 for row in rows)
+
+
+def test_sft_on_tool_calls_prompts_with_the_tools_and_learns_the_assistant_turns_only(tool_policy_dir, tmp_path):
+    conversation = tool_chat.trajectory(3, 3)
+    row = {"messages": conversation.messages, "tools": tool_chat.TOOLS, "source": "demonstration", "step_index": None}
+    loaded = load_policy_model(tool_policy_dir)
+    tokenizer = loaded.tokenizer
+    examples, used = sft_examples([row], tokenizer, None, ["demonstration"], 1024)
+    assert used == {"demonstration": 1} and len(examples) == conversation.num_steps
+    whole = tokenizer.apply_chat_template(conversation.messages, tools=tool_chat.TOOLS, tokenize=False)
+    learnt = [tokenizer.decode([t for t in example["labels"] if t != -100]) for example in examples]
+    # The assistant's turns, as the template renders them (a tool_calls field and raw markup alike), and nothing
+    # else: the tool results and the user's messages are never targets.
+    assert learnt == tool_chat.assistant_spans(tokenizer, whole)
+    for example in examples:
+        prompt = tokenizer.decode(
+            [t for t, label in zip(example["input_ids"], example["labels"], strict=True) if label == -100]
+        )
+        assert prompt.startswith(
+            tokenizer.apply_chat_template(conversation.prompt, tools=tool_chat.TOOLS, tokenize=False)
+        )
+        assert tool_chat.TOOLS_BLOCK in prompt
+    data = write_jsonl([row], tmp_path / "sft.jsonl")
+    config = make_config(
+        tool_policy_dir,
+        data,
+        tmp_path / "run",
+        environment="tests.reward_models.tool_chat.ToolCounter",
+        environment_config={},
+        max_steps=2,
+        batch_size=2,
+    )
+    summary = main(config)
+    assert summary["steps"] == 2 and summary["turns"] == conversation.num_steps

@@ -14,7 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from reward_models.envs.gridworld import GridWorld  # noqa: E402
-from reward_models.policy.base import Decision  # noqa: E402
+from reward_models.policy.base import Decision, text_decision  # noqa: E402
+from tests.reward_models.tool_chat import tool_policy_dir  # noqa: E402, F401 (the tiny tool-calling chat policy)
 
 
 class OraclePolicy:
@@ -30,7 +31,13 @@ class OraclePolicy:
         self.batch_sizes: list[int] = []
 
     def act(
-        self, conversations: Sequence[Sequence[dict]], *, greedy: bool = True, temperature: float = 1.0, seed: int = 0
+        self,
+        conversations: Sequence[Sequence[dict]],
+        *,
+        tools: Sequence | None = None,
+        greedy: bool = True,
+        temperature: float = 1.0,
+        seed: int = 0,
     ) -> list[Decision]:
         self.batch_sizes.append(len(conversations))
         decisions = []
@@ -39,7 +46,7 @@ class OraclePolicy:
             best = GridWorld().oracle({"layout": rows}).best_actions([])
             choices = [a for a in ("up", "down", "left", "right") if a not in best] if self.wrong else best
             action = choices[0]
-            decisions.append(Decision(reasoning="scripted", action=action, text=f"scripted ; action {action}"))
+            decisions.append(text_decision(f"scripted ; action {action}"))
         return decisions
 
 

@@ -62,7 +62,10 @@ def test_demonstrations_avoid_evaluation_seeds_and_follow_the_expert_without_noi
     assert success == 1.0
     assert not {e["task"]["seed"] for e in episodes} & set(env.eval_seeds())
     for episode in episodes:
-        actions = [parse_decision(turn.response)[1] for turn in episode["turns"]]
+        conversation = episode["conversation"]
+        actions = [
+            parse_decision(conversation.assistant(step)["content"])[1] for step in range(conversation.num_steps)
+        ]
         assert env.oracle(episode["task"]).step_correct(actions) == [True] * len(actions)
 
 
@@ -71,7 +74,10 @@ def test_noisy_demonstrations_take_random_actions_at_about_the_noise_rate():
     episodes, _ = demonstrations(env, 300, noise=0.5, seed=0)
     correct = []
     for episode in episodes:
-        actions = [parse_decision(turn.response)[1] for turn in episode["turns"]]
+        conversation = episode["conversation"]
+        actions = [
+            parse_decision(conversation.assistant(step)["content"])[1] for step in range(conversation.num_steps)
+        ]
         correct += env.oracle(episode["task"]).step_correct(actions)
     # A random move is optimal about a third of the time, so ~0.5 + 0.5 * 0.35 of moves are optimal.
     assert 0.55 < sum(correct) / len(correct) < 0.85

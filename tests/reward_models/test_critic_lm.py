@@ -21,6 +21,8 @@ from reward_models.critic_lm import (
     main,
 )
 from reward_models.oracle_data import critique_rows, scripted_episodes, write_jsonl
+from reward_models.policy.turns import transcript
+from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -283,3 +285,29 @@ def test_the_command_line_shows_help_and_trains(critiques_path, tiny_base_model,
     assert summary["global_step"] == 3
     assert (tmp_path / "cli" / ARTIFACT_MANIFEST).is_file()
     assert "3/3" in trained.stderr  # the console reporter's progress line
+
+
+def test_a_critic_of_tool_calling_trajectories_reads_its_prompt_with_the_rows_tools_and_learns_the_critique_only(
+    tool_policy_dir, tmp_path
+):
+    rows = []
+    for index, row in enumerate(tool_chat.preference_rows(4)):
+        shown = transcript(row["prompt"] + row["rejected"])
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": f"{shown}\n\nCritique this trajectory."}],
+                "completion": [{"role": "assistant", "content": "the add asks for one too many"}],
+                "tools": tool_chat.TOOLS,
+                "task_id": index,
+            }
+        )
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tool_policy_dir)
+    prompt, critique = encode_example(tokenizer, rows[0]["prompt"], rows[0]["completion"], rows[0]["tools"])
+    assert tool_chat.TOOLS_BLOCK in tokenizer.decode(prompt) and "add(" in tokenizer.decode(prompt)
+    assert tokenizer.decode(critique) == "the add asks for one too many<|im_end|>\n"
+    data = write_jsonl(rows, tmp_path / "critiques.jsonl")
+    config = critic_config(data, tool_policy_dir, tmp_path / "run", max_steps=2, batch_size=2, num_samples=1)
+    summary = main(config)
+    assert summary["global_step"] == 2 and len(summary["samples"]) == 1

@@ -88,7 +88,7 @@ def test_endpoint_decisions_match_the_model_behind_it(server, local_policy):
     batch = conversations(5)
     remote = policy.act(batch)
     local = local_policy.act(batch)
-    assert [(d.reasoning, d.action, d.text) for d in remote] == [(d.reasoning, d.action, d.text) for d in local]
+    assert [(d.message, d.text) for d in remote] == [(d.message, d.text) for d in local]
     assert [d.logprob for d in remote] == pytest.approx([d.logprob for d in local], abs=1e-4)
     body, headers = server.requests[0]
     assert body["model"] == "tiny" and body["temperature"] == 0.0 and body["messages"] in batch

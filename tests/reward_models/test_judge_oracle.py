@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from reward_models.conversation import StepTurn, build_conversation
 from reward_models.oracle_data import OracleEpisode
 from reward_models.policy.turns import judge_view
 
@@ -22,17 +23,22 @@ def bench():
 
 
 def episode(number: int, task: int, reasonings: list[str], *, success: bool, score: float) -> OracleEpisode:
-    """An episode whose decisions state `reasonings` (one per step); the oracle facts are given, not derived."""
-    messages = [{"role": "system", "content": "reach the goal G"}]
-    for step, reasoning in enumerate(reasonings):
-        messages.append({"role": "user", "content": f"observation {step}"})
-        messages.append({"role": "assistant", "content": f"{reasoning} ; action right"})
+    """An episode whose decisions state `reasonings` (one per step), each answered by the next observation (the last
+    one "observation after"); the oracle facts are given, not derived."""
+    prompt = [{"role": "system", "content": "reach the goal G"}, {"role": "user", "content": "observation 0"}]
     steps = len(reasonings)
+    turns = [
+        StepTurn(
+            {"role": "assistant", "content": f"{reasoning} ; action right"},
+            [{"role": "user", "content": f"observation {step + 1}" if step + 1 < steps else "observation after"}],
+        )
+        for step, reasoning in enumerate(reasonings)
+    ]
     return OracleEpisode(
         trajectory_id=number,
         task_id=task,
         noise=0.0,
-        messages=messages,
+        conversation=build_conversation(prompt, turns),
         actions=["right"] * steps,
         rewards=[0.0] * (steps - 1) + [1.0 if success else 0.0],
         success=success,
@@ -45,7 +51,7 @@ def test_stated_distance_reads_the_last_decision_before_its_action(bench):
     near = episode(1, 1, ["goal is down 3 right 2", "goal is up 0 left 1"], success=True, score=1.4)
     assert bench.stated_distance(near) == 1
     silent = episode(2, 1, ["action only"], success=False, score=0.0)
-    silent.messages[-1]["content"] = "right"
+    silent.messages[-2]["content"] = "right"
     assert bench.stated_distance(silent) is None
 
 
@@ -104,7 +110,7 @@ def test_the_decisions_layout_empties_every_observation_but_the_first_and_the_la
     ).messages
     elided = judge_view(messages, "decisions")
     assert [m["role"] for m in elided] == [m["role"] for m in messages]
-    assert [m["content"] for m in elided if m["role"] == "user"] == ["observation 0", "", "observation 2"]
+    assert [m["content"] for m in elided if m["role"] == "user"] == ["observation 0", "", "", "observation after"]
     assert [m for m in elided if m["role"] != "user"] == [m for m in messages if m["role"] != "user"]
     assert messages[3]["content"] == "observation 1"  # the input is not changed
 
@@ -117,15 +123,8 @@ def test_the_step_baseline_calls_a_step_good_when_its_action_goes_where_the_reas
     assert not bench.follows_reasoning("right")
 
 
-def test_with_final_observation_the_moves_judge_reads_where_the_last_action_led_and_the_baselines_do_not_change(
-    bench,
-):
+def test_the_moves_judge_reads_where_the_last_action_led(bench):
     near = episode(1, 1, ["goal is down 2 right 0", "goal is down 1 right 0"], success=False, score=0.5)
-    near.final_observation = "observation after"
-    plain = bench.judged_episode(near, bench.parse_args(["--models", "rm"]))
-    assert plain is near
-    judged = bench.judged_episode(near, bench.parse_args(["--models", "rm", "--final_observation"]))
-    assert judged.messages[:-1] == near.messages and len(near.messages) == 5  # the episode itself is not changed
-    viewed = judge_view(judged.messages, "moves")
+    viewed = judge_view(near.messages, "moves")
     assert [m["content"] for m in viewed if m["role"] == "user"] == ["observation 0", "", "observation after"]
-    assert bench.stated_distance(judged) == bench.stated_distance(near) == 1
+    assert bench.stated_distance(near) == 1

@@ -8,10 +8,12 @@ from reward_models.envs.gridworld import GridWorld
 from reward_models.oracle_data import (
     critique_rows,
     intervention_rows,
+    intervention_step_preference_rows,
     preference_rows,
     returns_rows,
     scripted_episodes,
     stepwise_rows,
+    unpaired_rows,
     write_jsonl,
 )
 from reward_models.policy.turns import transcript
@@ -62,10 +64,14 @@ def test_step_labels_follow_the_oracle_and_interventions_reject_the_first_wrong_
     episodes = scripted_episodes(10, per_task=2, noises=(0.6,), seed=4)
     rows = stepwise_rows(episodes)
     assert [row["labels"] for row in rows] == [episode.step_correct for episode in episodes]
-    assert all(
-        row["prompt"] + "".join(row["completions"]) == transcript(e.messages)
-        for row, e in zip(rows, episodes, strict=True)
-    )
+    for row, episode in zip(rows, episodes, strict=True):
+        # Each piece ends at a step's assistant message: the prompt and the pieces are the conversation without
+        # the final observation, which no step is judged on.
+        assert all(piece[-1]["role"] == "assistant" for piece in row["completions"])
+        assert row["prompt"] + [m for piece in row["completions"] for m in piece] == episode.messages[:-1]
+        assert row["prompt"] == episode.prompt and row["tools"] == []
+    for row, episode in zip(stepwise_rows(episodes, style="text"), episodes, strict=True):
+        assert row["prompt"] + "".join(row["completions"]) == transcript(episode.messages[:-1])
     flipped = stepwise_rows(episodes, epsilon=1.0)
     assert all(row["labels"] == [not label for label in row["oracle_labels"]] for row in flipped)
     for row in intervention_rows(episodes):
@@ -95,3 +101,26 @@ def test_an_episode_keeps_the_observation_its_last_action_led_to():
         for action in episode.actions:
             observation = env.step(action).observation
         assert episode.final_observation == observation
+        # The conversation ends with it, as an exported trajectory's does.
+        assert episode.messages[-1] == {"role": "user", "content": observation}
+
+
+def test_rows_are_cut_from_the_conversation_where_the_exports_cut_it():
+    episodes = scripted_episodes(4, per_task=2, noises=(0.6,), seed=6)
+    for row in preference_rows(episodes, ties="include"):
+        assert [message["role"] for message in row["prompt"]] == ["system", "user"]
+        assert row["chosen"][0]["role"] == "assistant" and row["chosen"][-1]["role"] == "user"
+        assert row["tools"] == []
+    steps = intervention_step_preference_rows(episodes)
+    assert steps
+    for row in steps:
+        episode = next(e for e in episodes if e.trajectory_id == row["rejected_trajectory_id"])
+        assert row["prompt"] == episode.conversation.before_step(row["step_index"])
+        assert row["rejected"] == [episode.conversation.assistant(row["step_index"])]
+        assert [message["role"] for message in row["chosen"]] == ["assistant"]
+    for row in unpaired_rows(episodes):
+        assert row["prompt"] + row["completion"] == next(
+            e.messages for e in episodes if e.trajectory_id == row["trajectory_id"]
+        )
+    conversational = returns_rows(episodes, style="conversational")
+    assert all(len(row["completions"]) == len(row["rewards"]) for row in conversational)

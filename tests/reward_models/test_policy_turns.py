@@ -110,3 +110,55 @@ def test_tokenizer_saves_and_loads_offline_with_its_chat_template(tokenizer, tmp
     assert render_prompt(loaded, messages) == render_prompt(tokenizer, messages)
     assert loaded.get_vocab() == tokenizer.get_vocab()
     assert (loaded.pad_token, loaded.eos_token, loaded.bos_token) == ("<pad>", "<eos>", "<bos>")
+
+
+# --- chat models with tool calls --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer():
+    from reward_models.policy.chat_format import build_bpe_tokenizer
+    from tests.reward_models import tool_chat
+
+    return build_bpe_tokenizer(tool_chat.tokenizer_corpus(), 512)
+
+
+def test_a_tool_calls_field_is_encoded_as_the_model_writes_the_same_calls_in_its_text(chat_tokenizer):
+    from tests.reward_models import tool_chat
+
+    prompt = tool_chat.prompt(2)
+    field = tool_chat.field_call("add", {"item_id": "k7", "quantity": 2})
+    markup = tool_chat.markup_call("add", {"item_id": "k7", "quantity": 2})
+    by_field = encode_turn(chat_tokenizer, prompt, field, tool_chat.TOOLS)
+    assert by_field == encode_turn(chat_tokenizer, prompt, markup, tool_chat.TOOLS)
+    assert chat_tokenizer.decode(by_field.prompt_ids) == render_prompt(chat_tokenizer, prompt, tool_chat.TOOLS)
+    assert tool_chat.TOOLS_BLOCK in chat_tokenizer.decode(by_field.prompt_ids)
+    assert chat_tokenizer.decode(by_field.completion_ids) == markup["content"] + "<|im_end|>"
+    # A turn is what the template renders after the prompt it was given: nothing of it is cut or re-parsed.
+    whole = chat_tokenizer.apply_chat_template([*prompt, field], tools=tool_chat.TOOLS, tokenize=False)
+    assert whole == chat_tokenizer.decode(by_field.prompt_ids + by_field.completion_ids) + "\n"
+
+
+def test_the_steps_of_a_conversation_end_at_each_assistant_turn_in_both_styles():
+    from reward_models.policy.turns import message_steps, text_steps, transcript
+    from tests.reward_models import tool_chat
+
+    messages = tool_chat.trajectory(2, 2).messages
+    prompt, pieces = message_steps(messages)
+    assert prompt == messages[:2] and [piece[-1]["role"] for piece in pieces] == ["assistant"] * 3
+    assert [message for piece in pieces for message in piece] == messages[2:-1]  # no step is judged on "thanks"
+    text_prompt, text_pieces = text_steps(messages)
+    assert text_prompt + "".join(text_pieces) == transcript(messages[:-1])
+    assert text_pieces[0] == ' search({"query": "k7"})'  # a tool_calls field, as the transcript writes it
+    assert text_pieces[1].startswith("\nTool: [search]") and "<tool_call>" in text_pieces[1]  # the text, verbatim
+
+
+def test_the_actions_layout_keeps_a_turns_tool_calls_and_drops_its_reasoning():
+    from reward_models.policy.turns import action_only
+    from tests.reward_models import tool_chat
+
+    markup = tool_chat.markup_call("add", {"item_id": "k7", "quantity": 2}, thought="the id is k7")
+    assert action_only(markup)["content"] == tool_chat.markup_call("add", {"item_id": "k7", "quantity": 2})["content"]
+    field = {**tool_chat.field_call("search", {"query": "k7"}), "content": "let me look"}
+    assert action_only(field) == {**field, "content": ""}
+    assert action_only({"role": "assistant", "content": "goal is up 1 ; action up"})["content"] == "action up"

@@ -15,6 +15,7 @@ from reward_models.common import ConfigError, config_from_dict, read_manifest, s
 from reward_models.oracle_data import intervention_rows, scripted_episodes, stepwise_rows, write_jsonl
 from reward_models.prm import PRMConfig, bad_step_auroc, evaluate, first_error, load_prm, main, step_metrics
 from reward_models.steps import IGNORE, prepare_tokenizer, step_windows, training_examples
+from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 # A 4x4 grid with an 8-step limit keeps a trajectory near 200 tokens.
@@ -23,6 +24,8 @@ SMALL_GRID = {"size": 4, "max_steps": 8}
 # It learns in a sudden drop of the loss; at 1e-2 that came at step ~140 on a CPU but ~250 on an H100 (fp32 and
 # bf16 alike), so the test failed there. At 5e-3 the margin below was 0.55 on a CPU, 0.58 (fp32) and 0.43 (bf16)
 # on the H100.
+PROMPT = [{"role": "system", "content": "reach the goal G"}, {"role": "user", "content": "A . G"}]
+ACTION_UP = {"role": "assistant", "content": "action up"}
 FAST = {"batch_size": 8, "learning_rate": 5e-3, "logging_steps": 1, "save_steps": 1000, "max_length": 512}
 
 
@@ -162,7 +165,14 @@ def test_step_metrics_count_bad_steps_as_the_positive_class():
     assert bad_step_auroc([[0.5, 0.5]], [[False, True]]) == 0.5
 
 
-def test_long_trajectories_are_cut_into_windows_that_read_every_step_once(rows, tokenizer):
+def _last_word(piece) -> str:
+    """The last word of a step piece: of its text, or of its last (assistant) message's content."""
+    return (piece if isinstance(piece, str) else piece[-1]["content"]).split()[-1]
+
+
+@pytest.mark.parametrize("style", ["conversational", "text"])
+def test_long_trajectories_are_cut_into_windows_that_read_every_step_once(episodes, tokenizer, style):
+    rows = stepwise_rows(episodes, style=style)
     row = max(rows, key=lambda r: len(r["completions"]))
     whole = step_windows(tokenizer, row["prompt"], row["completions"], "", 4096)
     assert len(whole) == 1 and whole[0].steps == list(range(len(row["completions"])))
@@ -172,8 +182,9 @@ def test_long_trajectories_are_cut_into_windows_that_read_every_step_once(rows, 
     for window in windows:
         assert len(window.input_ids) <= 64 and window.input_ids[0] == tokenizer.bos_token_id
         for position, step in zip(window.positions, window.steps, strict=True):
-            # A step is read at its piece's last token: the action word.
-            assert tokenizer.decode([window.input_ids[position]]) == row["completions"][step].split()[-1]
+            # A step is read at its piece's last token: the action word (rendered through the chat template, the
+            # last before the end of the assistant's turn).
+            assert tokenizer.decode([window.input_ids[position]]) == _last_word(row["completions"][step])
     examples = training_examples(tokenizer, [(row["prompt"], row["completions"], row["labels"])], "", 64)
     kept = [label for example in examples for label in example["labels"] if label != IGNORE]
     assert kept == [int(label) for label in row["labels"]]
@@ -201,7 +212,7 @@ def test_a_run_resumes_from_its_last_checkpoint_after_a_crash(data_path, tiny_ba
     assert summary["resumed_from"].endswith("checkpoint-2")
     assert [step for step, _ in reporter.steps] == [3, 4]
     assert summary["global_step"] == 4
-    assert load_prm(config.output_dir, device="cpu").step_scores("System: reach the goal G", [" action up"])
+    assert load_prm(config.output_dir, device="cpu").step_scores(PROMPT, [[ACTION_UP]])
 
 
 def test_a_cancel_raised_by_the_reporter_stops_training_within_one_step(data_path, tiny_base_model, tmp_path):
@@ -225,7 +236,9 @@ def test_lora_adapters_are_merged_into_a_model_that_loads_and_scores(data_path, 
     summary = main(config_for(data_path, tiny_base_model, tmp_path / "model", max_steps=2, use_lora=True, lora_r=4))
     assert summary["global_step"] == 2
     assert not (tmp_path / "model" / "adapter_config.json").exists()
-    scores = load_prm(tmp_path / "model", device="cpu").step_scores("System: reach the goal G", [" a", " action up"])
+    scores = load_prm(tmp_path / "model", device="cpu").step_scores(
+        PROMPT, [[{"role": "assistant", "content": "a"}], [ACTION_UP]]
+    )
     assert len(scores) == 2 and all(0 < p < 1 for p in scores)
 
 
@@ -268,4 +281,34 @@ def test_the_command_line_shows_help_and_trains_three_steps(data_path, tiny_base
     summary = json.loads(run.stdout)
     assert summary["global_step"] == 3 and "intervention" not in summary["train_rows_by_source"]
     assert "first_error_accuracy" in summary["metrics"]
-    assert len(load_prm(output_dir, device="cpu").step_scores("System: reach the goal G", [" action up"])) == 1
+    assert len(load_prm(output_dir, device="cpu").step_scores(PROMPT, [[ACTION_UP]])) == 1
+
+
+def test_a_prm_on_tool_calls_reads_each_step_at_the_end_of_its_assistant_turn_with_the_rows_tools(
+    tool_policy_dir, tmp_path
+):
+    from transformers import AutoTokenizer
+
+    rows = tool_chat.stepwise_rows()
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(tool_policy_dir))
+    row = rows[0]
+    [window] = step_windows(tokenizer, row["prompt"], row["completions"], "", 1024, row["tools"])
+    text = tokenizer.decode(window.input_ids)
+    assert text == tokenizer.apply_chat_template(
+        row["prompt"] + [m for piece in row["completions"] for m in piece], tools=row["tools"], tokenize=False
+    ).rstrip().removesuffix(tokenizer.eos_token)
+    assert tool_chat.TOOLS_BLOCK in text
+    # Each step is read at the last token of its assistant turn, before the token that ends the turn.
+    assert [tokenizer.decode([window.input_ids[p]]) for p in window.positions] == [
+        "</tool_call>",
+        "</tool_call>",
+        "done",
+    ]
+    data = write_jsonl(rows, tmp_path / "stepwise.jsonl")
+    summary = main(config_for(data, tool_policy_dir, tmp_path / "model", max_steps=2, eval_fraction=0.34))
+    assert summary["global_step"] == 2 and "bad_step_f1" in summary["metrics"]
+    prm = load_prm(tmp_path / "model", device="cpu")
+    scores = prm.step_scores(row["prompt"], row["completions"], row["tools"])
+    conversation = tool_chat.trajectory(1, 1).messages
+    assert prm.conversation_scores([conversation], [tool_chat.TOOLS]) == [pytest.approx(scores, abs=1e-6)]
+    assert prm.step_scores(row["prompt"], row["completions"]) != scores  # the tools are read

@@ -15,7 +15,9 @@ import pytest
 
 from reward_models.common import ConfigError, config_from_dict, last_checkpoint, read_manifest, split_by_task
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
+from reward_models.policy.turns import text_pair
 from reward_models.reward import RewardConfig, evaluate, load_reward_model, main
+from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 # A small grid and a short step limit keep transcripts near 120 tokens, so a training step takes milliseconds.
@@ -351,4 +353,36 @@ def test_the_command_line_shows_help_and_trains_on_text_rows(tiny_base_model, tm
     summary = json.loads(run.stdout)
     assert summary["members"][0]["steps"] == 3
     assert read_manifest(tmp_path / "run")["summary"] == summary
-    assert load_reward_model(tmp_path / "run").score([episodes[0].messages[0]["content"]], [" action up"])[1] is None
+    model = load_reward_model(tmp_path / "run")
+    assert model.style == "text" and model.score([episodes[0].messages[0]["content"]], [" action up"])[1] is None
+    # Trained on text rows, it reads a conversation (as PPO hands it one) as the text export lays it out.
+    prompt, completion = episodes[0].prompt, episodes[0].messages[len(episodes[0].prompt) :]
+    assert model.encode(prompt, completion) == model.encode(*text_pair(prompt, completion))
+
+
+def test_a_reward_model_on_tool_calls_reads_rows_through_the_chat_template_with_their_tools(tool_policy_dir, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = tool_chat.preference_rows()
+    # Parquet, as the exports write it: the tools are JSON text there.
+    table = pa.Table.from_pylist([{**row, "tools": json.dumps(row["tools"])} for row in rows])
+    pq.write_table(table, tmp_path / "pairs.parquet")
+    config = make_config(
+        tmp_path / "pairs.parquet", tool_policy_dir, tmp_path / "run", max_steps=2, eval_fraction=0.34
+    )
+    summary = main(config)
+    assert summary["members"][0]["steps"] == 2 and summary["metrics"]["pairs"] > 0
+    model = load_reward_model(tmp_path / "run", device="cpu")
+    assert model.style == "conversational"
+    row = rows[0]
+    read = model.tokenizer.decode(model.encode(row["prompt"], row["chosen"], row["tools"]))
+    assert read == model.tokenizer.apply_chat_template(
+        row["prompt"] + row["chosen"], tools=row["tools"], tokenize=False
+    )
+    assert tool_chat.TOOLS_BLOCK in read and "<tool_call>" in read and "<tool_response>" in read
+    with_tools, _ = model.score([row["prompt"]], [row["chosen"]], [row["tools"]])
+    without, _ = model.score([row["prompt"]], [row["chosen"]])
+    assert with_tools != without
+    with pytest.raises(ValueError, match="conversations"):
+        model.score(["Add k7 quantity 2."], [" done"])

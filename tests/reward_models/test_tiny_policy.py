@@ -47,7 +47,10 @@ def test_directories_without_tandem_settings_get_full_history(tmp_path):
 def test_trained_policy_writes_well_formed_turns(local_policy):
     decisions = local_policy.act(gridworld_conversations(16))
     assert len(decisions) == 16
-    assert sum(d.action in ("up", "down", "left", "right") for d in decisions) >= 14
+    moves = [GridWorld().action_from_message(d.message) for d in decisions]
+    assert sum(move in ("up", "down", "left", "right") for move in moves) >= 14
+    # The message is the generated text, verbatim.
+    assert all(d.message == {"role": "assistant", "content": d.text} for d in decisions)
     assert all(d.text.startswith("goal is") for d in decisions)
     assert all(d.logprob is not None and d.logprob <= 0 for d in decisions)
 

@@ -78,31 +78,35 @@ def trained(data_path, tiny_base_model, tmp_path_factory):
     return config, main(config, reporter), reporter
 
 
-@pytest.fixture(scope="module")
-def prm_dir(episodes, tiny_base_model, tmp_path_factory) -> Path:
+def train_judges(episodes, base_model, folder: Path, style: str) -> tuple[Path, Path]:
+    """A PRM and a reward model trained (two steps each) on stepwise and preference rows of `style`: (prm, rm)."""
     from reward_models.prm import PRMConfig
     from reward_models.prm import main as train_prm
-
-    folder = tmp_path_factory.mktemp("judges")
-    data = write_jsonl(stepwise_rows(episodes), folder / "stepwise.jsonl")
-    train_prm(
-        PRMConfig(data_path=str(data), base_model=str(tiny_base_model), output_dir=str(folder / "prm"), max_steps=2)
-    )
-    return folder / "prm"
-
-
-@pytest.fixture(scope="module")
-def reward_model_dir(episodes, tiny_base_model, tmp_path_factory) -> Path:
     from reward_models.reward import RewardConfig
     from reward_models.reward import main as train_reward_model
 
-    folder = tmp_path_factory.mktemp("judges")
-    # The returns export holds text transcripts, so the reward model that scores them trains on text rows too.
-    data = write_jsonl(preference_rows(episodes, style="text"), folder / "preference.jsonl")
-    train_reward_model(
-        RewardConfig(data_path=str(data), base_model=str(tiny_base_model), output_dir=str(folder / "rm"), max_steps=2)
+    stepwise = write_jsonl(stepwise_rows(episodes, style=style), folder / "stepwise.jsonl")
+    train_prm(
+        PRMConfig(data_path=str(stepwise), base_model=str(base_model), output_dir=str(folder / "prm"), max_steps=2)
     )
-    return folder / "rm"
+    pairs = write_jsonl(preference_rows(episodes, style=style), folder / "preference.jsonl")
+    train_reward_model(
+        RewardConfig(data_path=str(pairs), base_model=str(base_model), output_dir=str(folder / "rm"), max_steps=2)
+    )
+    return folder / "prm", folder / "rm"
+
+
+@pytest.fixture(scope="module")
+def text_judges(episodes, tiny_base_model, tmp_path_factory) -> tuple[Path, Path]:
+    """Judges trained on text rows, which read the text returns export."""
+    return train_judges(episodes, tiny_base_model, tmp_path_factory.mktemp("judges"), "text")
+
+
+@pytest.fixture(scope="module")
+def chat_judges(episodes, tiny_base_model, tmp_path_factory) -> tuple[Path, Path]:
+    """Judges trained on conversational rows (the exports' default), which read conversations through their chat
+    template."""
+    return train_judges(episodes, tiny_base_model, tmp_path_factory.mktemp("judges"), "conversational")
 
 
 def config_for(data_path, base_model, output_dir, **overrides) -> ValueConfig:
@@ -176,11 +180,12 @@ def test_rows_without_rewards_and_no_judge_are_refused_naming_reward_model(unrew
 
 
 def test_rows_without_rewards_take_step_rewards_from_the_prm_and_the_last_from_the_reward_model(
-    episodes, prm_dir, reward_model_dir, tiny_base_model, tmp_path
+    episodes, text_judges, tiny_base_model, tmp_path
 ):
     from reward_models.prm import load_prm
     from reward_models.reward import load_reward_model
 
+    prm_dir, reward_model_dir = text_judges
     rows = returns_rows(episodes[:6], with_rewards=False)
     config = config_for("x.jsonl", tiny_base_model, tmp_path, prm=str(prm_dir), reward_model=str(reward_model_dir))
     judged = step_rewards(rows, config, RecordingReporter())
@@ -196,13 +201,59 @@ def test_rows_without_rewards_take_step_rewards_from_the_prm_and_the_last_from_t
     assert step_rewards(environment, config, RecordingReporter()) == [row["rewards"] for row in environment]
 
 
-def test_a_critic_trains_on_judge_returns_when_the_export_has_no_rewards(
-    unrewarded_path, prm_dir, tiny_base_model, tmp_path
+def test_conversational_returns_are_scored_through_the_chat_template_the_judges_trained_with(
+    episodes, chat_judges, tiny_base_model, tmp_path
 ):
-    summary = main(config_for(unrewarded_path, tiny_base_model, tmp_path / "model", max_steps=2, prm=str(prm_dir)))
+    from reward_models.prm import load_prm
+    from reward_models.reward import encode, load_reward_model
+
+    prm_dir, reward_model_dir = chat_judges
+    rows = returns_rows(episodes[:6], with_rewards=False, style="conversational")
+    config = config_for("x.jsonl", tiny_base_model, tmp_path, prm=str(prm_dir), reward_model=str(reward_model_dir))
+    judged = step_rewards(rows, config, RecordingReporter())
+    prm, reward_model = load_prm(prm_dir, device="cpu"), load_reward_model(reward_model_dir, device="cpu")
+    completions = [[message for piece in row["completions"] for message in piece] for row in rows]
+    scores, _ = reward_model.score([row["prompt"] for row in rows], completions)
+    for row, rewards, score in zip(rows, judged, scores, strict=True):
+        expected = [p - 0.5 for p in prm.step_scores(row["prompt"], row["completions"])]
+        expected[-1] += score
+        assert rewards == pytest.approx(expected, abs=1e-5)
+    # What the reward model read is the conversation as its chat template renders it, not a transcript.
+    tokens = reward_model.tokenizer.convert_ids_to_tokens(
+        encode(reward_model.tokenizer, rows[0]["prompt"], completions[0])
+    )
+    assert tokens[:2] == ["<bos>", "<system>"] and "<assistant>" in tokens and "System:" not in tokens
+    # Text rows cannot be rendered back into that template: refused, naming the judge.
+    text_rows = returns_rows(episodes[:2], with_rewards=False)
+    for name, judge in (("prm", prm_dir), ("reward_model", reward_model_dir)):
+        only = config_for("x.jsonl", tiny_base_model, tmp_path, **{name: str(judge)})
+        with pytest.raises(ConfigError) as caught:
+            step_rewards(text_rows, only, RecordingReporter())
+        assert caught.value.field == name and "conversational" in str(caught.value)
+
+
+def test_a_critic_trains_on_judge_returns_when_the_export_has_no_rewards(
+    unrewarded_path, text_judges, tiny_base_model, tmp_path
+):
+    config = config_for(unrewarded_path, tiny_base_model, tmp_path / "model", max_steps=2, prm=str(text_judges[0]))
+    summary = main(config)
     assert summary["judged_trajectories"] == summary["train_trajectories"] + summary["eval_samples"]
     assert summary["metrics"]["held_out_trajectories_with_rewards"] == 0
     assert len(load_value_critic(tmp_path / "model", device="cpu").values("System: reach the goal G", [" up"])) == 1
+
+
+def test_a_critic_trains_on_conversational_returns_and_reads_episodes_as_it_trained(
+    episodes, tiny_base_model, tmp_path
+):
+    data = write_jsonl(returns_rows(episodes, style="conversational"), tmp_path / "returns.jsonl")
+    main(config_for(data, tiny_base_model, tmp_path / "model", max_steps=2))
+    critic = load_value_critic(tmp_path / "model", device="cpu")
+    assert critic.style == "conversational"
+    row = returns_rows(episodes[:1], style="conversational")[0]
+    values = critic.values(row["prompt"], row["completions"])
+    assert critic.conversation_values([episodes[0].messages])[0] == pytest.approx(values, abs=1e-5)
+    with pytest.raises(ValueError, match="conversational"):
+        critic.values("System: reach the goal G", [" up"])
 
 
 def test_a_run_resumes_from_its_last_checkpoint_after_a_crash(data_path, tiny_base_model, tmp_path):
@@ -275,3 +326,35 @@ def test_the_command_line_shows_help_and_trains_three_steps(data_path, tiny_base
     assert summary["global_step"] == 3 and "explained_variance" in summary["metrics"]
     assert read_manifest(output_dir)["config"]["gamma"] == 0.5
     assert len(load_value_critic(output_dir, device="cpu").values("System: reach the goal G", [" up", " down"])) == 2
+
+
+def test_a_critic_on_tool_calls_reads_returns_through_the_chat_template_with_their_tools(tool_policy_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from reward_models.policy.turns import message_steps
+    from reward_models.steps import prepare_tokenizer, step_windows
+    from tests.reward_models import tool_chat
+
+    rows = []
+    for index in range(6):
+        quantity, added = 1 + index % 4, 1 + index % 4 + index % 2
+        prompt, pieces = message_steps(tool_chat.trajectory(quantity, added).messages)
+        rewards = [0.0, 0.0, float(added == quantity)]
+        rows.append(
+            {"prompt": prompt, "completions": pieces, "rewards": rewards, "task_id": index, "tools": tool_chat.TOOLS}
+        )
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(tool_policy_dir))
+    [window] = step_windows(tokenizer, rows[0]["prompt"], rows[0]["completions"], "", 1024, rows[0]["tools"])
+    assert tool_chat.TOOLS_BLOCK in tokenizer.decode(window.input_ids)
+    assert [tokenizer.decode([window.input_ids[p]]) for p in window.positions] == [
+        "</tool_call>",
+        "</tool_call>",
+        "done",
+    ]
+    data = write_jsonl(rows, tmp_path / "returns.jsonl")
+    summary = main(config_for(data, tool_policy_dir, tmp_path / "model", max_steps=2, eval_fraction=0.34))
+    assert summary["global_step"] == 2 and "mse" in summary["metrics"]
+    critic = load_value_critic(tmp_path / "model", device="cpu")
+    values = critic.values(rows[0]["prompt"], rows[0]["completions"], rows[0]["tools"])
+    [from_episode] = critic.conversation_values([tool_chat.trajectory(1, 1).messages], [tool_chat.TOOLS])
+    assert from_episode == pytest.approx(values, abs=1e-6) and len(values) == 3

@@ -9,6 +9,7 @@ import pytest
 
 from feedback_app.models import Intervention, PolicyVersion, Step, Trajectory
 from reward_models.envs.gridworld import ACTIONS, GridWorld
+from tests.trajectories import correction, save_steps
 from training import tasks
 from training.interventions import continue_intervention, continuing_policy
 
@@ -41,9 +42,9 @@ def make_rollout(project, task):
         trajectory = Trajectory.objects.create(
             project=project, task=task, policy_version=policy_version, source="policy", num_steps=len(actions)
         )
-        Step.objects.bulk_create(
-            Step(trajectory=trajectory, index=i, reasoning=f"thought {i}", action=a, logprob=-1.0 - i)
-            for i, a in enumerate(actions)
+        save_steps(
+            trajectory,
+            [Step(index=i, reasoning=f"thought {i}", action=a, logprob=-1.0 - i) for i, a in enumerate(actions)],
         )
         return trajectory
 
@@ -57,9 +58,7 @@ def _intervene(annotator, trajectory, step_index, corrected, takeover=(), reason
         annotator=annotator,
         trajectory=trajectory,
         step=step,
-        original_action=step.action,
-        corrected_action=corrected,
-        corrected_reasoning=reasoning,
+        **correction(step, corrected, reasoning),
         takeover_actions=list(takeover),
         reason="walked away from the goal",
     )

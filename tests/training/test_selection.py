@@ -13,6 +13,7 @@ from feedback_app.labelling import submit_comparison
 from feedback_app.models import Comparison, PolicyVersion, QueueItem, RegisteredModel, RunStatus, Step, TrainingRun
 from feedback_app.models import Trajectory as TrajectoryRow
 from feedback_app.queue import enqueue_comparisons, next_assignment
+from tests.trajectories import save_steps
 from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
 from training.runs import execute_run
 from training.selection import (
@@ -62,9 +63,12 @@ def tagged(project, task, external_policy):
             source="policy",
             num_steps=n_steps,
         )
-        Step.objects.bulk_create(
-            Step(trajectory=trajectory, index=i, observation=f"obs {i}", reasoning=f"[{tag}] step {i}", action="up")
-            for i in range(n_steps)
+        save_steps(
+            trajectory,
+            [
+                Step(index=i, observation=f"obs {i}", reasoning=f"[{tag}] step {i}", action="up")
+                for i in range(n_steps)
+            ],
         )
         return trajectory
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -32,10 +33,41 @@ reasoning (where it thinks the goal is) and one action: `up`, `down`, `left` or 
 DEMO_USERS = [("annotator", Role.ANNOTATOR), ("researcher", Role.RESEARCHER), ("admin", Role.ADMIN)]
 
 
+@dataclass(frozen=True)
+class Demo:
+    """One demo project: its environment, its guidelines, and the bootstrap settings of its tiny policy."""
+
+    slug: str
+    name: str
+    description: str
+    guidelines: str
+    environment: str
+    dotted_path: str
+    env_config: dict
+    env_description: str
+    quick: dict  # bootstrap settings for --quick
+
+
+DEMOS = [
+    Demo(
+        "gridworld-demo",
+        "Gridworld demo",
+        "The built-in environment and tiny policy, ready for feedback.",
+        GUIDELINES,
+        "gridworld",
+        "reward_models.envs.gridworld.GridWorld",
+        # The tiny policy is trained for one map size: the demo environment matches its bootstrap.
+        BootstrapConfig().env_config(),
+        "The built-in text gridworld: reach G, avoid walls. Has an oracle.",
+        {"n_episodes": 300, "max_train_steps": 30, "eval_tasks": 20},
+    ),
+]
+
+
 class Command(BaseCommand):
     help = (
-        "Create the demo: the gridworld project, its tasks, the demo users, the bootstrapped tiny policy and a "
-        "first batch of rollouts. Safe to run again: what exists is kept, nothing is trained twice."
+        "Create the demos: the gridworld project, its tasks, the demo users, its bootstrapped "
+        "tiny policy and a first batch of rollouts. Safe to run again: what exists is kept, nothing is trained twice."
     )
 
     def add_arguments(self, parser) -> None:
@@ -47,34 +79,37 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, review_tasks: int, train_tasks: int, samples: int, quick: bool, **options) -> None:
-        project = self._project(review_tasks, train_tasks)
-        logins = self._users(project)
-        policy = self._policy(project, quick)
-        self._first_rollouts(project, policy, review_tasks, samples)
-        self._queue(project, policy)
+        projects = []
+        for demo in DEMOS:
+            project = self._project(demo, review_tasks, train_tasks)
+            logins = self._users(project)
+            policy = self._policy(demo, project, quick)
+            self._first_rollouts(project, policy, review_tasks, samples)
+            self._queue(project, policy)
+            projects.append(project)
         self.stdout.write("")
-        self.stdout.write(self.style.SUCCESS(f"Demo project '{project.name}' is ready."))
+        for project in projects:
+            self.stdout.write(self.style.SUCCESS(f"Demo project '{project.name}' is ready."))
         self.stdout.write("Demo logins (username / password):")
         for username, password, role in logins:
             self.stdout.write(f"  {username:<11} {password}   ({role})")
 
-    def _project(self, review_tasks: int, train_tasks: int) -> Project:
+    def _project(self, demo: Demo, review_tasks: int, train_tasks: int) -> Project:
         with transaction.atomic():
             spec, _ = EnvironmentSpec.objects.get_or_create(
-                name="gridworld",
+                name=demo.environment,
                 defaults={
-                    "dotted_path": "reward_models.envs.gridworld.GridWorld",
-                    # The tiny policy is trained for one map size: the demo environment matches its bootstrap.
-                    "config": BootstrapConfig().env_config(),
-                    "description": "The built-in text gridworld: reach G, avoid walls. Has an oracle.",
+                    "dotted_path": demo.dotted_path,
+                    "config": demo.env_config,
+                    "description": demo.env_description,
                 },
             )
             project, created = Project.objects.get_or_create(
-                slug="gridworld-demo",
+                slug=demo.slug,
                 defaults={
-                    "name": "Gridworld demo",
-                    "description": "The built-in environment and tiny policy, ready for feedback.",
-                    "guidelines": GUIDELINES,
+                    "name": demo.name,
+                    "description": demo.description,
+                    "guidelines": demo.guidelines,
                     "environment": spec,
                     "overlap": 2,
                 },
@@ -123,15 +158,15 @@ class Command(BaseCommand):
         path.write_text("".join(f"{name} {password}\n" for name, password in known.items()))
         return logins
 
-    def _policy(self, project: Project, quick: bool) -> PolicyVersion:
+    def _policy(self, demo: Demo, project: Project, quick: bool) -> PolicyVersion:
         policy = PolicyVersion.objects.filter(project=project, name="tiny-base").first()
         if policy is not None:
-            self.stdout.write(f"Base policy kept: {policy.weights_path}")
+            self.stdout.write(f"{demo.name}: base policy kept: {policy.weights_path}")
             return policy
         config: dict = {"policy_name": "tiny-base"}
         if quick:
-            config.update(n_episodes=300, max_train_steps=30, eval_tasks=20)
-        self.stdout.write("Bootstrapping the tiny policy (first run only; about 2-3 minutes on 2 CPU cores)...")
+            config.update(demo.quick)
+        self.stdout.write(f"{demo.name}: bootstrapping the tiny policy (first run only; a few minutes on a CPU)...")
         run = bootstrap_in_process(project, config)
         if run.status != RunStatus.SUCCEEDED:
             raise CommandError(f"Bootstrapping the policy failed:\n{run.error}")

@@ -73,10 +73,13 @@ def test_conversational_rows_with_an_implicit_prompt_and_a_named_annotator(
     assert chosen.external_id == "hh-1:chosen" and rejected.external_id == "hh-1:rejected"
     steps = list(chosen.steps.order_by("index"))
     assert [(s.observation, s.action) for s in steps] == [
-        ("Book me a flight to Oslo.", ""),
+        ("Book me a flight to Oslo.", 'search({"to": "OSL"})'),
         ("3 flights", "Booked SK123."),
     ]
-    assert steps[0].tool_calls[0]["name"] == "search"
+    # Tandem's flat tool-call form is stored in OpenAI's shape, which chat templates read.
+    assert steps[0].message["tool_calls"] == [
+        {"id": "call_0", "type": "function", "function": {"name": "search", "arguments": '{"to": "OSL"}'}}
+    ]
     assert chosen.task.spec == {"prompt": [user]}
 
 

@@ -7,6 +7,8 @@ from datetime import timedelta
 
 import pytest
 
+from tests.trajectories import correction, save_steps
+
 
 @pytest.fixture
 def third_annotator(django_user_model, project):
@@ -53,9 +55,12 @@ def grid_trajectory(project, grid_task, external_policy):
             branch_step_index=branch_step_index,
             num_steps=len(steps),
         )
-        Step.objects.bulk_create(
-            Step(trajectory=trajectory, index=i, observation=obs, reasoning=reasoning, action=action)
-            for i, (obs, reasoning, action) in enumerate(steps)
+        save_steps(
+            trajectory,
+            [
+                Step(index=i, observation=obs, reasoning=reasoning, action=action)
+                for i, (obs, reasoning, action) in enumerate(steps)
+            ],
         )
         return trajectory
 
@@ -145,10 +150,7 @@ def labelled_project(project, annotator, other_annotator, grid_trajectory, compa
         annotator=annotator,
         trajectory=bad,
         step=step,
-        original_reasoning=step.reasoning,
-        original_action=step.action,
-        corrected_reasoning=step.reasoning,
-        corrected_action="right",
+        **correction(step, "right", step.reasoning),
         reason="left bumps the edge",
         child_trajectory=child,
     )

@@ -40,3 +40,17 @@ def prompt_until(trajectory, step_index: int) -> list[dict]:
     for step in steps[:step_index]:
         messages += [observation(step), decision(step)]
     return [*messages, observation(steps[step_index])]
+
+
+def as_in_jsonl(value):
+    """Parquet rows as their JSONL lines read: the message fields a message lacks are nulls in Parquet, and the tools
+    are JSON text there (`feedback_app/exports/schemas.py`)."""
+    import json
+
+    if isinstance(value, dict):
+        if "role" in value:
+            return {key: as_in_jsonl(item) for key, item in value.items() if item is not None}
+        return {key: json.loads(item) if key == "tools" else as_in_jsonl(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [as_in_jsonl(item) for item in value]
+    return value

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from feedback_app.models import ApiToken, DatasetSnapshot
-from tests.feedback_app.exports.helpers import rows
+from tests.feedback_app.exports.helpers import as_in_jsonl, rows
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +43,7 @@ def test_a_parquet_export_is_a_parquet_file(client, labelled_project, researcher
     assert response["Content-Type"] == "application/vnd.apache.parquet"
     assert response["Content-Disposition"].endswith('-stepwise.parquet"')
     table = pq.read_table(io.BytesIO(body(response)))
-    assert table.to_pylist() == rows(labelled_project, "stepwise", neutral="positive")
+    assert as_in_jsonl(table.to_pylist()) == rows(labelled_project, "stepwise", neutral="positive")
 
 
 @pytest.mark.parametrize(

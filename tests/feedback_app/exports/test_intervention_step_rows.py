@@ -9,6 +9,7 @@ from feedback_app.exports.conversation import transcript
 from feedback_app.exports.stream import RowTally
 from feedback_app.models import Intervention, PolicyVersion, StepLabel
 from tests.feedback_app.exports.helpers import prompt_until, rows, steps_of, turns_from
+from tests.trajectories import correction
 
 ACTIONS = ["right", "up", "down", "left"]
 
@@ -22,10 +23,7 @@ def intervene(project):
             annotator=annotator,
             trajectory=trajectory,
             step=step,
-            original_reasoning=step.reasoning,
-            original_action=step.action,
-            corrected_reasoning=step.reasoning,
-            corrected_action=corrected_action,
+            **correction(step, corrected_action, step.reasoning),
             **fields,
         )
 
@@ -42,7 +40,7 @@ def test_steps_before_the_intervention_are_accepted_and_the_intervened_one_rejec
     trajectory = grid_trajectory(ACTIONS)
     intervention = intervene(annotator, trajectory, 2, corrected_action="right", reason="down hits the wall")
 
-    [row] = rows(project, "stepwise")
+    [row] = rows(project, "stepwise", style="text")
 
     assert row["source"] == "intervention"
     assert (row["labels"], row["step_indices"]) == ([True, True, False], [0, 1, 2])
@@ -56,7 +54,7 @@ def test_steps_before_the_intervention_are_accepted_and_the_intervened_one_rejec
 def test_an_intervention_at_the_first_step_rejects_just_that_step(project, annotator, grid_trajectory, intervene):
     trajectory = grid_trajectory(ACTIONS)
     intervene(annotator, trajectory, 0, corrected_action="down")
-    [row] = rows(project, "stepwise")
+    [row] = rows(project, "stepwise", style="text")
     assert (row["labels"], row["step_indices"], len(row["completions"])) == ([False], [0], 1)
 
 
@@ -71,7 +69,7 @@ def test_human_step_labels_and_interventions_of_one_trajectory_stay_separate_row
     ]
     intervention = intervene(other_annotator, trajectory, 1)
 
-    exported = rows(project, "stepwise")
+    exported = rows(project, "stepwise", style="text")
 
     # Label rows first, then intervention rows; the intervention's implied "step 0 good, step 1 bad" is not merged
     # into the annotator's labels (which also judge step 3).
@@ -82,7 +80,7 @@ def test_human_step_labels_and_interventions_of_one_trajectory_stay_separate_row
     assert (intervention_row["labels"], intervention_row["step_indices"]) == ([True, False], [0, 1])
     assert intervention_row["label_ids"] == [intervention.pk]
 
-    only_labels = rows(project, "stepwise", interventions="exclude")
+    only_labels = rows(project, "stepwise", style="text", interventions="exclude")
     assert only_labels == [label_row]
 
 
@@ -90,7 +88,7 @@ def test_only_the_current_revision_of_an_intervention_counts(project, annotator,
     trajectory = grid_trajectory(ACTIONS)
     first = intervene(annotator, trajectory, 1, corrected_action="down")
     revised = first.revise(corrected_action="right", reason="right is shorter")
-    [row] = rows(project, "stepwise")
+    [row] = rows(project, "stepwise", style="text")
     assert row["label_ids"] == [revised.pk]
     assert row["step_indices"] == [0, 1]
 
@@ -98,7 +96,7 @@ def test_only_the_current_revision_of_an_intervention_counts(project, annotator,
 def test_a_correction_that_repeats_the_original_rejects_nothing(project, annotator, grid_trajectory, intervene):
     trajectory = grid_trajectory(ACTIONS)
     intervene(annotator, trajectory, 1, corrected_action=steps_of(trajectory)[1].action)
-    assert rows(project, "stepwise") == []
+    assert rows(project, "stepwise", style="text") == []
 
 
 def test_each_annotators_intervention_is_its_own_row(project, annotator, other_annotator, grid_trajectory, intervene):
@@ -106,12 +104,12 @@ def test_each_annotators_intervention_is_its_own_row(project, annotator, other_a
     mine = intervene(annotator, trajectory, 2)
     theirs = intervene(other_annotator, trajectory, 1, corrected_action="down")
 
-    exported = rows(project, "stepwise")
+    exported = rows(project, "stepwise", style="text")
 
     # In trajectory, step and id order; aggregation does not merge them (each is one annotator's whole judgement).
     assert [(row["step_indices"][-1], row["label_ids"]) for row in exported] == [(1, [theirs.pk]), (2, [mine.pk])]
-    assert rows(project, "stepwise", aggregate="all") == exported
-    assert rows(project, "stepwise", annotators=str(annotator.pk)) == [exported[1]]
+    assert rows(project, "stepwise", style="text", aggregate="all") == exported
+    assert rows(project, "stepwise", style="text", annotators=str(annotator.pk)) == [exported[1]]
 
 
 def test_label_filters_choose_the_interventions(
@@ -124,7 +122,7 @@ def test_label_filters_choose_the_interventions(
     on_gold = intervene(annotator, theirs, 1, assignment=gold_assignment(annotator, theirs, kind="intervention"))
 
     def ids(**query):
-        return sorted(label for row in rows(project, "stepwise", **query) for label in row["label_ids"])
+        return sorted(label for row in rows(project, "stepwise", style="text", **query) for label in row["label_ids"])
 
     assert ids() == sorted([regular.pk, on_gold.pk])
     assert ids(exclude_gold="true") == [regular.pk]

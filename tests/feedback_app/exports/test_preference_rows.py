@@ -11,6 +11,7 @@ from feedback_app.exports.conversation import transcript
 from feedback_app.models import Comparison, Intervention, PolicyVersion
 from reward_models.policy.turns import render_prompt
 from tests.feedback_app.exports.helpers import decision, prompt_until, rows, steps_of, turns_from
+from tests.trajectories import correction
 
 LEFT = ["up", "left", "down"]
 RIGHT = ["right", "down"]
@@ -166,10 +167,7 @@ def test_step_preference_pairs_a_correction_with_the_original_at_the_shared_pref
         annotator=annotator,
         trajectory=parent,
         step=step,
-        original_reasoning=step.reasoning,
-        original_action=step.action,
-        corrected_reasoning=step.reasoning,
-        corrected_action="right",
+        **correction(step, "right", step.reasoning),
         reason="left walks away from the goal",
         child_trajectory=child,
     )

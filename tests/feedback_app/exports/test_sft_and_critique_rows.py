@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from feedback_app.models import Critique, Intervention
 from tests.feedback_app.exports.helpers import decision, observation, prompt_until, rows, steps_of, turns_from
+from tests.trajectories import correction
 
 
 def intervene(project, annotator, trajectory, index, action, *, child=None, takeover=()):
@@ -11,10 +12,7 @@ def intervene(project, annotator, trajectory, index, action, *, child=None, take
         annotator=annotator,
         trajectory=trajectory,
         step=step,
-        original_reasoning=step.reasoning,
-        original_action=step.action,
-        corrected_reasoning=step.reasoning,
-        corrected_action=action,
+        **correction(step, action, step.reasoning),
         takeover_actions=list(takeover),
         child_trajectory=child,
     )

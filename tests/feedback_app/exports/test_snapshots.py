@@ -17,7 +17,7 @@ from feedback_app.exports import (
     verify_snapshot,
 )
 from feedback_app.models import Comparison, DatasetSnapshot
-from tests.feedback_app.exports.helpers import rows
+from tests.feedback_app.exports.helpers import as_in_jsonl, rows
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +73,7 @@ def test_a_parquet_snapshot_reads_back_the_same_rows(labelled_project, researche
     )
     assert snapshot_file(snapshot).suffix == ".parquet"
     exported = rows(labelled_project, "stepwise")
-    assert list(read_snapshot_rows(snapshot)) == exported
+    assert as_in_jsonl(list(read_snapshot_rows(snapshot))) == exported
     # Rows from step labels cite those labels; rows an intervention implies cite the intervention.
     expected = {f"step_label:{i}" for row in exported if row["source"] == "label" for i in row["label_ids"]}
     expected |= {f"intervention:{i}" for row in exported if row["source"] == "intervention" for i in row["label_ids"]}

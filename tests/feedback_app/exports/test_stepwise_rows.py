@@ -29,7 +29,7 @@ def test_each_labelled_step_is_one_completion_ending_at_its_decision(project, an
     trajectory = grid_trajectory(ACTIONS)
     labels = label_steps(annotator, trajectory, {0: 1, 1: -1, 2: 1})
 
-    [row] = rows(project, "stepwise")
+    [row] = rows(project, "stepwise", style="text")
 
     steps = steps_of(trajectory)
     assert row["labels"] == [True, False, True]
@@ -58,7 +58,7 @@ def test_neutral_labels_are_dropped_or_mapped_as_asked(
     trajectory = grid_trajectory(ACTIONS)
     label_steps(annotator, trajectory, {0: 1, 1: 0, 2: -1})
 
-    [row] = rows(project, "stepwise", neutral=neutral)
+    [row] = rows(project, "stepwise", style="text", neutral=neutral)
 
     assert (row["labels"], row["step_indices"]) == (labels, step_indices)
     # A dropped step stays in the text as context of the next labelled one.
@@ -69,8 +69,8 @@ def test_a_trajectory_with_only_neutral_labels_gives_no_row_when_they_are_droppe
     project, annotator, grid_trajectory, label_steps
 ):
     label_steps(annotator, grid_trajectory(ACTIONS), {0: 0, 1: 0})
-    assert rows(project, "stepwise") == []
-    assert len(rows(project, "stepwise", neutral="negative")) == 1
+    assert rows(project, "stepwise", style="text") == []
+    assert len(rows(project, "stepwise", style="text", neutral="negative")) == 1
 
 
 def test_annotators_are_aggregated_per_step(project, annotator, other_annotator, grid_trajectory, label_steps):
@@ -78,15 +78,15 @@ def test_annotators_are_aggregated_per_step(project, annotator, other_annotator,
     label_steps(annotator, trajectory, {0: 1, 1: 1, 2: -1})
     label_steps(other_annotator, trajectory, {0: 1, 1: -1, 2: -1})
 
-    [majority] = rows(project, "stepwise")
+    [majority] = rows(project, "stepwise", style="text")
     assert (majority["labels"], majority["step_indices"], majority["agreement"]) == ([True, False], [0, 2], 1.0)
     assert majority["annotator_ids"] == sorted([annotator.pk, other_annotator.pk])
     # The contested step 1 stays as context in front of step 2.
     assert majority["completions"][1].count("\nUser: ") == 2
 
-    per_annotator = rows(project, "stepwise", aggregate="all")
+    per_annotator = rows(project, "stepwise", style="text", aggregate="all")
     assert [row["annotator_ids"] for row in per_annotator] == [[annotator.pk], [other_annotator.pk]]
     assert [row["labels"] for row in per_annotator] == [[True, True, False], [True, False, False]]
     assert [row["agreement"] for row in per_annotator] == [0.5, 0.5]
 
-    assert rows(project, "stepwise", min_agreement="0.9")[0]["step_indices"] == [0, 2]
+    assert rows(project, "stepwise", style="text", min_agreement="0.9")[0]["step_indices"] == [0, 2]

@@ -18,6 +18,7 @@ from feedback_app.exports import (
 from feedback_app.exports.filters import Style
 from feedback_app.exports.schemas import export_schema
 from feedback_app.exports.stream import jsonl_chunks, jsonl_line, parquet_chunks
+from tests.feedback_app.exports.helpers import as_in_jsonl
 
 
 def jsonl_rows(data: bytes) -> list[dict]:
@@ -39,7 +40,7 @@ def test_every_kind_writes_its_schemas_columns_in_both_formats(labelled_project,
     assert all(list(row) == schema.names for row in from_jsonl)
     assert table.schema.names == schema.names
     if kind != ExportKind.RAW:  # raw's created_at is a timestamp in Parquet and ISO text in JSON
-        assert table.to_pylist() == from_jsonl
+        assert as_in_jsonl(table.to_pylist()) == from_jsonl
 
 
 @pytest.mark.parametrize("kind", [ExportKind.PREFERENCE, ExportKind.UNPAIRED, ExportKind.CRITIQUES])
@@ -64,6 +65,7 @@ def test_parquet_is_yielded_a_row_group_at_a_time():
     rows = [
         {
             "messages": [{"role": "system", "content": f"task {i}"}],
+            "tools": "[]",
             "source": "demonstration",
             "step_index": None,
             "annotator_ids": [],
@@ -88,7 +90,7 @@ def test_parquet_is_yielded_a_row_group_at_a_time():
     assert len(chunks) == 3  # two full row groups as they filled, then the last one with the footer
     parquet_file = pq.ParquetFile(io.BytesIO(b"".join(chunks)))
     assert parquet_file.metadata.num_row_groups == 3
-    assert parquet_file.read().to_pylist() == rows
+    assert as_in_jsonl(parquet_file.read().to_pylist()) == [{**row, "tools": []} for row in rows]
 
 
 def test_jsonl_is_yielded_in_chunks_of_whole_lines():
@@ -102,9 +104,12 @@ def test_jsonl_is_yielded_in_chunks_of_whole_lines():
 def test_spliced_json_is_the_same_line_as_encoding_the_row(project, annotator, grid_trajectory, compare):
     odd = 'quote " backslash \\ newline \n tab \t accents é ü 中文 emoji 🙂 control \x01'
     first, second = grid_trajectory(["up", "right"]), grid_trajectory(["down"])
-    first.task.instruction = odd
-    first.task.save()
-    first.steps.filter(index=0).update(reasoning=odd, observation=odd)
+    for trajectory in (first, second):
+        trajectory.prompt[0]["content"] = odd
+        trajectory.save(update_fields=["prompt"])
+    step = first.steps.get(index=0)
+    step.message = {**step.message, "content": odd}
+    step.save(update_fields=["message"])
     compare(annotator, first, second, rationale=odd)
 
     [row] = export_rows(project, ExportKind.PREFERENCE, ExportFilters())

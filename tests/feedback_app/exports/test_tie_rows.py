@@ -12,7 +12,8 @@ from feedback_app.exports import ExportFilters, ExportFormat, ExportKind, Export
 from feedback_app.exports.schemas import export_schema
 from feedback_app.exports.stream import RowTally
 from feedback_app.models import Intervention
-from tests.feedback_app.exports.helpers import rows, turns_from
+from tests.feedback_app.exports.helpers import as_in_jsonl, rows, turns_from
+from tests.trajectories import correction
 
 LEFT = ["up", "left", "down"]
 RIGHT = ["right", "down"]
@@ -107,7 +108,7 @@ def test_parquet_and_jsonl_with_ties_agree_and_datasets_reads_the_column_as_bool
 
     table = pq.read_table(io.BytesIO(parquet))
     assert str(table.schema.field("tie").type) == "bool"
-    assert table.to_pylist() == [json.loads(line) for line in jsonl.decode().splitlines()]
+    assert as_in_jsonl(table.to_pylist()) == [json.loads(line) for line in jsonl.decode().splitlines()]
     (tmp_path / "prefs.jsonl").write_bytes(jsonl)
     dataset = load_dataset("json", data_files=str(tmp_path / "prefs.jsonl"), split="train")
     assert dataset.features["tie"].dtype == "bool"
@@ -121,15 +122,12 @@ def test_step_preference_ties_between_branches_are_rows_and_corrections_are_not_
     child = grid_trajectory(["right", "down", "down"], parent=parent, branch_step_index=1)
     tie = compare(annotator, parent, child, choice="tie", rationale="as good")
     step = parent.steps.get(index=1)
-    correction = Intervention.objects.create(
+    corrected = Intervention.objects.create(
         project=project,
         annotator=annotator,
         trajectory=parent,
         step=step,
-        original_reasoning=step.reasoning,
-        original_action=step.action,
-        corrected_reasoning=step.reasoning,
-        corrected_action="down",
+        **correction(step, "down", step.reasoning),
         child_trajectory=child,
     )
 
@@ -137,7 +135,7 @@ def test_step_preference_ties_between_branches_are_rows_and_corrections_are_not_
     exported = rows(project, "step_preference", ties="include")
 
     assert [(row["source"], row["tie"], row["label_ids"]) for row in exported] == [
-        ("intervention", False, [correction.pk]),
+        ("intervention", False, [corrected.pk]),
         ("comparison", True, [tie.pk]),
     ]
     tie_row = exported[1]

@@ -195,7 +195,7 @@ def test_a_token_classifier_prm_trains_on_the_stepwise_export(download, policy_t
     import torch
     from transformers import AutoModelForTokenClassification
 
-    dataset = download("stepwise", neutral="negative")
+    dataset = download("stepwise", neutral="negative", style="text")
     inputs, targets = [], []
     for row in dataset:
         ids = policy_tokenizer(row["prompt"], add_special_tokens=False)["input_ids"]

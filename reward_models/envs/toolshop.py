@@ -1,0 +1,717 @@
+"""The built-in tool-use environment: a small web shop driven through JSON-schema function calls.
+
+Each task seed generates a catalogue (items named ``<colour> <product>``, e.g. ``red mug``, each with an id and a
+price) and a shopping goal written as the user's instruction, e.g. ``Buy "red mug", quantity 3.`` The agent reaches the
+goal through six tools (``TOOLS``, OpenAI-style schemas, also in every task under ``"tools"``):
+
+- ``search(query)``: the items sharing a word with the query, shuffled, as a JSON list of ``{"name", "id", "price"}``;
+- ``get_item(item_id)``: one item's details;
+- ``add_to_cart(item_id, quantity)`` and ``remove_from_cart(item_id)``: change the cart and return it;
+- ``view_cart()``: the cart and its total;
+- ``checkout()``: places the order and ends the episode.
+
+Ids are opaque (``kq48``) and differ per seed, so every task needs a lookup: search, read the id off the result whose
+name matches, then act on it. The episode succeeds when the placed order holds exactly the goal's items and
+quantities (reward 1.0 on that last step, 0.0 otherwise).
+
+Actions are assistant messages in the OpenAI shape::
+
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "type": "function",
+        "function": {"name": "search", "arguments": "{\\"query\\": \\"red mug\\"}"}}]}
+
+Parallel calls run in order. Each call is answered by one tool message ``{"role": "tool", "tool_call_id", "name",
+"content"}`` in ``StepResult.info["messages"]``; a call that does not parse, names an unknown tool or breaks its
+schema is answered by a tool message ``{"error": ...}``, as a real API answers, and costs the turn. An assistant
+message without tool calls (or a plain string, which is taken as such a message) is the agent's final answer: it ends
+the episode, a failure unless an order was placed before (checkout already ends it, so in practice a failure). The
+episode also ends after ``max_turns`` assistant turns.
+
+Difficulty (``difficulty``, 1 to 4) sets how much lookup a task needs; ``DIFFICULTIES`` holds the numbers:
+
+1. four items with no word in common and one item to buy: a search returns only the target;
+2. three products in two or three colours each, one item to buy: a search returns the target among 2 to 5 items
+   sharing a word with it, so the id must be matched by name;
+3. as 2 with two items to buy (five tool calls);
+4. four products in three or four colours, one or two items, some goals ``the cheapest <product>`` (prices compared).
+
+The default is 2. A task records its difficulty, and ``reset`` and ``oracle`` follow the task's rather than the
+environment's, so a stored task always replays the same way.
+
+Seeds: ``eval_seeds()`` is ``range(1_000_000, 1_000_200)``, 200 held-out tasks, as for the gridworld.
+
+The module imports nothing heavy: the web side validates annotators' edited tool calls with ``schema_errors`` and
+``check_tool_call``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from reward_models import tool_schemas
+from reward_models.envs.base import StepResult
+
+EVAL_SEEDS = range(1_000_000, 1_000_200)
+MAX_QUANTITY = 9
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Find items whose name shares a word with the query.",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "Words of the item's name."}},
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_item",
+            "description": "Details of one item.",
+            "parameters": {
+                "type": "object",
+                "properties": {"item_id": {"type": "string", "description": "The item's id, as search returns it."}},
+                "required": ["item_id"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "add_to_cart",
+            "description": "Add a quantity of an item to the cart.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "item_id": {"type": "string", "description": "The item's id."},
+                    "quantity": {"type": "integer", "minimum": 1, "maximum": MAX_QUANTITY},
+                },
+                "required": ["item_id", "quantity"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "remove_from_cart",
+            "description": "Remove an item from the cart, whatever its quantity.",
+            "parameters": {
+                "type": "object",
+                "properties": {"item_id": {"type": "string", "description": "The item's id."}},
+                "required": ["item_id"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "view_cart",
+            "description": "The cart's items and total.",
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "checkout",
+            "description": "Place the order for the cart. Ends the session.",
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        },
+    },
+]
+TOOL_SCHEMAS: dict[str, dict[str, Any]] = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
+
+PRODUCTS = (
+    "mug", "lamp", "kettle", "backpack", "scarf", "blanket", "candle", "notebook", "bottle", "pillow", "towel",
+    "umbrella", "wallet", "jacket", "sweater", "teapot", "basket", "clock", "vase", "bowl", "plate", "glove", "hat",
+    "belt", "sock", "shirt", "chair", "stool", "desk", "shelf", "mirror", "rug", "curtain", "apron", "ladle",
+    "skillet", "whisk", "grater", "colander", "cushion", "duvet", "hammock", "lantern", "flask", "thermos", "tumbler",
+    "pitcher", "saucepan", "cardigan", "poncho", "sandal", "slipper", "boot", "sneaker", "beanie", "headband",
+    "bracelet", "necklace", "earring", "keychain", "satchel", "suitcase", "duffel", "tote", "pouch", "planner",
+    "journal", "pencil", "marker", "crayon", "stapler", "binder", "folder", "easel", "canvas", "palette", "brush",
+    "sponge", "bucket", "broom", "mop", "doormat", "coaster", "napkin", "tablecloth", "placemat", "teacup", "saucer",
+    "spatula", "tongs", "blender", "toaster", "speaker", "headphones", "keyboard", "mouse", "monitor", "charger",
+    "cable", "tripod", "helmet", "kayak", "paddle", "tent", "sleeping bag", "compass", "whistle", "frisbee", "kite",
+    "yoyo", "puzzle", "jigsaw", "domino", "marble", "skateboard", "scooter", "bicycle", "raincoat", "windbreaker",
+    "anorak", "parka", "blazer", "waistcoat", "tunic", "kimono", "sarong", "shawl", "mitten", "legging", "trouser",
+    "shorts", "skirt", "dress", "hoodie", "vest", "tie", "bowtie", "cufflink", "brooch", "pendant", "anklet", "tiara",
+    "locket", "watch", "sunglasses", "goggles", "visor", "backgammon", "chessboard", "abacus", "globe", "telescope",
+    "microscope", "magnifier", "binoculars", "flashlight", "torch", "radio", "turntable", "cassette", "camera",
+    "projector", "printer", "scanner", "router", "joystick", "gamepad", "tablet", "laptop", "stylus", "webcam",
+    "microphone", "amplifier", "ukulele", "guitar", "banjo", "violin", "cello", "harmonica", "tambourine",
+    "xylophone", "metronome", "drum", "cymbal", "flute", "clarinet", "trumpet", "accordion", "bagpipe", "sitar",
+    "mandolin", "harp", "oboe", "bassoon", "piccolo", "trombone", "casserole", "ramekin", "terrine", "trivet",
+    "carafe", "decanter", "goblet", "chalice", "tankard", "jug", "cauldron", "wok", "griddle", "steamer", "strainer",
+    "sieve", "funnel", "mortar", "pestle", "rolling pin", "cleaver", "peeler", "corkscrew", "nutcracker", "timer",
+    "thermometer", "scale", "scissors", "tweezers", "comb", "hairbrush", "razor", "toothbrush", "soap dish", "loofah",
+    "bathrobe", "flannel", "bathmat", "hamper", "laundry bag",
+)  # fmt: skip
+COLOURS = (
+    "red", "blue", "green", "black", "white", "yellow", "orange", "purple", "pink", "brown", "grey", "silver",
+    "golden", "navy", "teal", "olive",
+)  # fmt: skip
+MATERIALS = (
+    "ceramic", "cotton", "wool", "steel", "oak", "pine", "bamboo", "glass", "leather", "linen", "canvas", "copper",
+    "plastic", "silk", "denim", "walnut", "marble", "felt", "rubber", "aluminium", "cashmere", "velvet", "suede",
+    "tweed", "corduroy", "porcelain", "stoneware", "terracotta", "birch", "cherry", "maple", "mahogany", "teak",
+    "bronze", "brass", "pewter", "titanium", "nylon", "polyester", "acrylic", "resin", "cork", "jute", "hemp",
+    "rattan", "wicker", "slate", "granite", "enamel", "cast iron",
+)  # fmt: skip
+BRANDS = (
+    "Norvik", "Aldera", "Bramwell", "Castora", "Dunmore", "Elmsworth", "Fennick", "Galloway", "Harrowgate", "Isolde",
+    "Juniper", "Kestrel", "Lindqvist", "Marrow", "Nightingale", "Oakhurst", "Pemberton", "Quillon", "Rosewater",
+    "Sandhaven", "Thistle", "Umbridge", "Vantoor", "Wexley", "Yarrow", "Zephyrine", "Ashcombe", "Birchley",
+    "Coldridge", "Drayfield", "Everhart", "Foxglove", "Greystone", "Hollister", "Ironwood", "Jessamy", "Kingsley",
+    "Larkspur", "Moorland", "Northcote", "Ormond", "Penhallow", "Quarrington", "Ravenscroft", "Stillwater", "Tamsin",
+    "Underhill", "Valentin", "Whitlock", "Yelverton", "Zanetti", "Abernathy", "Blackthorn", "Crestwood", "Dalgleish",
+    "Eastbrook", "Fairweather", "Glenrock", "Hawthorne", "Inglewood", "Jubilee", "Kilbride", "Lochlan",
+    "Merriweather", "Nethercott", "Oldfield", "Primrose", "Quenby", "Redmayne", "Southwold", "Trelawney", "Upwood",
+    "Verity", "Wolcott", "Yardley",
+)  # fmt: skip
+
+
+def _item_id_pool() -> tuple[str, ...]:
+    # Two letters and two digits, like a short SKU. A fixed generator, so the pool (and the policy tokenizer that
+    # holds every id as one token) never changes.
+    rng = random.Random(20_251_127)
+    letters = "abcdefghjkmnpqrstuvwxyz"
+    pool: list[str] = []
+    seen: set[str] = set()
+    while len(pool) < 400:
+        code = rng.choice(letters) + rng.choice(letters) + str(rng.randint(10, 99))
+        if code not in seen:
+            seen.add(code)
+            pool.append(code)
+    return tuple(pool)
+
+
+ITEM_IDS = _item_id_pool()
+
+
+@dataclass(frozen=True)
+class Difficulty:
+    """How one difficulty level generates tasks."""
+
+    products: int  # distinct product words in the catalogue
+    min_colours: int  # colour variants per product
+    max_colours: int
+    max_goal_items: int  # items the goal asks for (1 or 2)
+    cheapest_share: float  # probability that a goal item is "the cheapest <product>"
+    shared_words: bool  # whether items may share words (level 1: every item's words are its own)
+
+
+DIFFICULTIES: dict[int, Difficulty] = {
+    1: Difficulty(products=4, min_colours=1, max_colours=1, max_goal_items=1, cheapest_share=0.0, shared_words=False),
+    2: Difficulty(products=3, min_colours=2, max_colours=3, max_goal_items=1, cheapest_share=0.0, shared_words=True),
+    3: Difficulty(products=3, min_colours=2, max_colours=3, max_goal_items=2, cheapest_share=0.0, shared_words=True),
+    4: Difficulty(products=4, min_colours=3, max_colours=4, max_goal_items=2, cheapest_share=0.4, shared_words=True),
+}
+
+# Item names are quoted as in the JSON the tools exchange, so that a name is the same tokens in the instruction, in a
+# search query and in a search result (a byte-level BPE gives `red` after a quote but ` red` after a space).
+SINGLE_GOAL_PHRASES = (
+    "Buy {0}, quantity {1}.",
+    "Please order {0}, quantity {1}.",
+    "I need {0}, quantity {1}. Check out when done.",
+)
+DOUBLE_GOAL_PHRASES = (
+    "Buy {0}, quantity {1}, and {2}, quantity {3}.",
+    "Please order {0}, quantity {1}, and {2}, quantity {3}.",
+)
+
+
+@dataclass(frozen=True)
+class Item:
+    item_id: str
+    name: str
+    product: str
+    colour: str
+    material: str
+    brand: str
+    price: int
+
+    def summary(self) -> dict[str, Any]:
+        # Name before id: a causal model reads the name first and then the id it has to copy.
+        return {"name": self.name, "id": self.item_id, "price": self.price}
+
+    def details(self) -> dict[str, Any]:
+        return {**self.summary(), "colour": self.colour, "material": self.material, "brand": self.brand}
+
+
+@dataclass(frozen=True)
+class GoalItem:
+    """One line of the goal: ``quantity`` of the item ``item_id``, asked for by ``phrase`` (its quoted name, or
+    ``the cheapest "<product>"``)."""
+
+    item_id: str
+    quantity: int
+    phrase: str
+    cheapest: bool
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything a task seed generates: the catalogue and the goal."""
+
+    seed: int
+    difficulty: int
+    items: tuple[Item, ...]
+    goal: tuple[GoalItem, ...]
+    instruction: str
+
+    def item(self, item_id: str) -> Item | None:
+        return next((item for item in self.items if item.item_id == item_id), None)
+
+    def goal_cart(self) -> dict[str, int]:
+        return {line.item_id: line.quantity for line in self.goal}
+
+    def search(self, query: str) -> list[Item]:
+        """Items sharing a word with ``query``, in an order fixed by the seed and query but unrelated to relevance."""
+        words = set(query.lower().split())
+        found = [item for item in self.items if words & set(item.name.split())]
+        random.Random(f"{self.seed}:{' '.join(sorted(words))}").shuffle(found)
+        return found
+
+
+@functools.lru_cache(maxsize=1024)
+def generate_scenario(seed: int, difficulty: int) -> Scenario:
+    """The catalogue and goal of a task; the same seed and difficulty always give the same scenario (immutable, so
+    it is cached: a task, its episode and its oracle all ask for it)."""
+    level = DIFFICULTIES[difficulty]
+    # random.Random(int) is stable across Python versions and platforms, so a seed names the same task forever.
+    rng = random.Random(seed * 10 + difficulty)
+    products = rng.sample(PRODUCTS, level.products)
+    ids = iter(rng.sample(ITEM_IDS, level.products * level.max_colours))
+    items: list[Item] = []
+    unused_colours = list(COLOURS)
+    rng.shuffle(unused_colours)
+    for product in products:
+        count = rng.randint(level.min_colours, level.max_colours)
+        colours = [unused_colours.pop()] if not level.shared_words else rng.sample(COLOURS[:8], count)
+        for colour in colours:
+            price = rng.randint(2, 99)
+            material, brand = rng.choice(MATERIALS), rng.choice(BRANDS)
+            items.append(Item(next(ids), f"{colour} {product}", product, colour, material, brand, price))
+    # Prices within a product are made distinct so that "the cheapest" always names one item.
+    items = _distinct_prices(items, rng)
+
+    goal_count = rng.randint(1, level.max_goal_items)
+    goal_products = rng.sample(products, goal_count)
+    goal: list[GoalItem] = []
+    for product in goal_products:
+        variants = [item for item in items if item.product == product]
+        quantity = rng.randint(1, 5)
+        if len(variants) > 1 and rng.random() < level.cheapest_share:
+            target = min(variants, key=lambda item: item.price)
+            goal.append(GoalItem(target.item_id, quantity, f'the cheapest "{product}"', cheapest=True))
+        else:
+            target = rng.choice(variants)
+            goal.append(GoalItem(target.item_id, quantity, f'"{target.name}"', cheapest=False))
+    if len(goal) == 1:
+        instruction = rng.choice(SINGLE_GOAL_PHRASES).format(goal[0].phrase, goal[0].quantity)
+    else:
+        phrase = rng.choice(DOUBLE_GOAL_PHRASES)
+        instruction = phrase.format(goal[0].phrase, goal[0].quantity, goal[1].phrase, goal[1].quantity)
+    return Scenario(seed, difficulty, tuple(items), tuple(goal), instruction)
+
+
+def _distinct_prices(items: list[Item], rng: random.Random) -> list[Item]:
+    result: list[Item] = []
+    taken: dict[str, set[int]] = {}
+    for item in items:
+        prices = taken.setdefault(item.product, set())
+        price = item.price
+        while price in prices:
+            price = rng.randint(2, 99)
+        prices.add(price)
+        result.append(item if price == item.price else dataclasses.replace(item, price=price))
+    return result
+
+
+def vocabulary_corpus() -> list[str]:
+    """Text holding every word the shop can show or be asked for (each product in every colour, with materials and
+    brands as ``get_item`` shows them, the tool schemas and the instruction phrases), for training a tokenizer whose
+    vocabulary does not depend on which tasks the demonstrations happened to draw."""
+    lines = [json.dumps(TOOLS), *SINGLE_GOAL_PHRASES, *DOUBLE_GOAL_PHRASES]
+    rng = random.Random(0)
+    for product in PRODUCTS:
+        for colour in COLOURS:
+            item = Item(
+                rng.choice(ITEM_IDS),
+                f"{colour} {product}",
+                product,
+                colour,
+                rng.choice(MATERIALS),
+                rng.choice(BRANDS),
+                rng.randint(2, 99),
+            )
+            lines.append(_dump(item.details()))
+            lines.append(f'the cheapest "{product}"')
+    return lines
+
+
+def schema_errors(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Where ``value`` breaks ``schema``, one message per problem, each starting with the field it concerns (the
+    shared check, `reward_models.tool_schemas.schema_errors`, in the words a tool message answers with).
+
+    >>> schema_errors({"quantity": "2"}, TOOL_SCHEMAS["add_to_cart"])
+    ['item_id: required field missing', 'quantity: expected integer, got string']
+    """
+    return [
+        f"{where or path or 'arguments'}: {reason}"
+        for where, reason in tool_schemas.schema_errors(value, schema, path)
+    ]
+
+
+def check_tool_call(name: str, arguments: str, tools: Sequence[dict[str, Any]] = TOOLS) -> tuple[dict | None, str]:
+    """Parse and validate one call against ``tools``: ``(arguments as a dict, "")`` or ``(None, error message)``.
+
+    >>> check_tool_call("add_to_cart", '{"item_id": "kq48", "quantity": 0}')
+    (None, 'add_to_cart: quantity: 0 is below the minimum 1')
+    """
+    schemas = {tool["function"]["name"]: tool["function"].get("parameters", {}) for tool in tools}
+    if not name:
+        return None, 'the tool call is not valid JSON of the form {"name": ..., "arguments": {...}}'
+    if name not in schemas:
+        return None, f"unknown tool {name!r}; tools: {', '.join(schemas)}"
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError as exc:
+        return None, f"{name}: arguments are not valid JSON ({exc.msg})"
+    if not isinstance(parsed, dict):
+        return None, f"{name}: arguments must be a JSON object, got {tool_schemas.json_type_name(parsed)}"
+    errors = schema_errors(parsed, schemas[name])
+    if errors:
+        return None, f"{name}: {'; '.join(errors)}"
+    return parsed, ""
+
+
+# --- messages -------------------------------------------------------------------------------------------------------
+
+
+def tool_call_message(calls: Sequence[tuple[str, dict[str, Any]]], content: str = "", first_id: int = 0) -> dict:
+    """An assistant message (OpenAI shape) making ``calls``, each ``(name, arguments)``."""
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {
+                "id": f"call_{first_id + index}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+            }
+            for index, (name, arguments) in enumerate(calls)
+        ],
+    }
+
+
+def message_calls(action: dict[str, Any] | str) -> list[tuple[str, str, str]]:
+    """The ``(call id, tool name, arguments text)`` of each tool call of an action, tolerating malformed shapes (a
+    call whose shape is unreadable gets the name ``""``, which the environment answers with an error)."""
+    if not isinstance(action, dict):
+        return []
+    calls = []
+    for index, call in enumerate(action.get("tool_calls") or []):
+        call_id = f"call_{index}"
+        name, arguments = "", ""
+        if isinstance(call, dict):
+            call_id = str(call.get("id") or call_id)
+            function = call.get("function") if isinstance(call.get("function"), dict) else call
+            name = function.get("name") if isinstance(function.get("name"), str) else ""
+            raw = function.get("arguments", "")
+            arguments = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
+        calls.append((call_id, name, arguments))
+    return calls
+
+
+# --- the shop -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ShopState:
+    """The mutable state of one episode, and the tool implementations."""
+
+    scenario: Scenario
+    cart: dict[str, int] = field(default_factory=dict)
+    seen_ids: set[str] = field(default_factory=set)  # ids any tool result has shown the agent
+    order: dict[str, int] | None = None
+    turns: int = 0
+
+    def call(self, name: str, arguments: str) -> tuple[str, bool]:
+        """Run one tool call; returns the tool message content and whether the call was valid."""
+        if self.order is not None:
+            return _error("the order has already been placed"), False
+        parsed, error = check_tool_call(name, arguments)
+        if parsed is None:
+            return _error(error), False
+        return getattr(self, f"_tool_{name}")(**parsed)
+
+    def _tool_search(self, query: str) -> tuple[str, bool]:
+        found = self.scenario.search(query)
+        self.seen_ids.update(item.item_id for item in found)
+        return _dump([item.summary() for item in found]), True
+
+    def _tool_get_item(self, item_id: str) -> tuple[str, bool]:
+        item = self.scenario.item(item_id)
+        if item is None:
+            return _error(f"no item with id {item_id!r}"), False
+        self.seen_ids.add(item_id)
+        return _dump(item.details()), True
+
+    def _tool_add_to_cart(self, item_id: str, quantity: int) -> tuple[str, bool]:
+        if self.scenario.item(item_id) is None:
+            return _error(f"no item with id {item_id!r}"), False
+        if self.cart.get(item_id, 0) + quantity > MAX_QUANTITY:
+            return _error(f"at most {MAX_QUANTITY} of one item per order"), False
+        self.cart[item_id] = self.cart.get(item_id, 0) + int(quantity)
+        return self._cart_content(), True
+
+    def _tool_remove_from_cart(self, item_id: str) -> tuple[str, bool]:
+        if item_id not in self.cart:
+            return _error(f"{item_id!r} is not in the cart"), False
+        del self.cart[item_id]
+        return self._cart_content(), True
+
+    def _tool_view_cart(self) -> tuple[str, bool]:
+        return self._cart_content(total=True), True
+
+    def _tool_checkout(self) -> tuple[str, bool]:
+        if not self.cart:
+            return _error("the cart is empty"), False
+        self.order = dict(self.cart)
+        total = sum(self.scenario.item(item_id).price * count for item_id, count in self.cart.items())
+        return _dump({"status": "order placed", "items": sum(self.cart.values()), "total": total}), True
+
+    def _cart_content(self, total: bool = False) -> str:
+        lines = []
+        for item_id, quantity in self.cart.items():
+            item = self.scenario.item(item_id)
+            lines.append({"name": item.name, "id": item_id, "quantity": quantity})
+        self.seen_ids.update(self.cart)
+        payload: dict[str, Any] = {"cart": lines}
+        if total:
+            payload["total"] = sum(self.scenario.item(i).price * q for i, q in self.cart.items())
+        return _dump(payload)
+
+    @property
+    def success(self) -> bool:
+        return self.order is not None and self.order == self.scenario.goal_cart()
+
+    def known(self, line: GoalItem) -> bool:
+        """Whether the agent has been shown what it needs to act on ``line``: its id, and for ``the cheapest`` the
+        ids (with prices) of every variant of the product."""
+        if line.cheapest:
+            product = self.scenario.item(line.item_id).product
+            return all(item.item_id in self.seen_ids for item in self.scenario.items if item.product == product)
+        return line.item_id in self.seen_ids
+
+    def calls_to_go(self) -> float:
+        """The fewest tool calls that still reach the goal (0 once it is reached, infinity once the order is wrong)."""
+        if self.order is not None:
+            return 0.0 if self.success else float("inf")
+        goal = self.scenario.goal_cart()
+        calls = 1  # checkout
+        calls += sum(1 for item_id in self.cart if item_id not in goal)
+        for line in self.scenario.goal:
+            have = self.cart.get(line.item_id, 0)
+            if have != line.quantity:
+                calls += (have > line.quantity) + 1  # remove first if there are too many, then add
+                calls += 0 if self.known(line) else 1  # search
+        return float(calls)
+
+
+def _dump(payload: Any) -> str:
+    return json.dumps(payload, ensure_ascii=False)
+
+
+def _error(message: str) -> str:
+    return _dump({"error": message})
+
+
+class ToolShop:
+    """The tool-use shop (see the module docstring).
+
+    >>> env = ToolShop()
+    >>> task = env.make_task(seed=3)
+    >>> env.reset(task) == task["instruction"]
+    True
+    >>> best = env.oracle(task).best_actions([])[0]
+    >>> env.step(best).info["messages"][0]["role"]
+    'tool'
+    """
+
+    def __init__(self, difficulty: int = 2, max_turns: int = 8) -> None:
+        if difficulty not in DIFFICULTIES:
+            raise ValueError(f"difficulty must be one of {sorted(DIFFICULTIES)}, got {difficulty}")
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.difficulty = difficulty
+        self.max_turns = max_turns
+        self._state: ShopState | None = None
+        self._done = True
+
+    def make_task(self, seed: int) -> dict[str, Any]:
+        scenario = generate_scenario(seed, self.difficulty)
+        return {"seed": seed, "instruction": scenario.instruction, "tools": TOOLS, "difficulty": self.difficulty}
+
+    def eval_seeds(self) -> range:
+        return EVAL_SEEDS
+
+    def scenario(self, task: dict[str, Any]) -> Scenario:
+        """The task's catalogue and goal (hidden information: the oracle's, not the agent's)."""
+        return generate_scenario(int(task["seed"]), int(task.get("difficulty", self.difficulty)))
+
+    def reset(self, task: dict[str, Any]) -> str:
+        self._state = ShopState(self.scenario(task))
+        self._done = False
+        return self._state.scenario.instruction
+
+    def step(self, action: dict[str, Any] | str) -> StepResult:
+        if self._state is None or self._done:
+            raise RuntimeError("step() called before reset() or after the episode ended")
+        state = self._state
+        state.turns += 1
+        calls = message_calls(action)
+        messages = []
+        invalid = 0
+        for call_id, name, arguments in calls:
+            content, valid = state.call(name, arguments)
+            invalid += not valid
+            messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": content})
+        final_answer = not calls
+        self._done = final_answer or state.order is not None or state.turns >= self.max_turns
+        success = state.success
+        info = {
+            "messages": messages,
+            "success": success,
+            "calls": len(calls),
+            "invalid_calls": invalid,
+            "final_answer": final_answer,
+            "order_placed": state.order is not None,
+        }
+        observation = "\n".join(message["content"] for message in messages)
+        return StepResult(observation, 1.0 if success and self._done else 0.0, self._done, info)
+
+    @property
+    def state(self) -> ShopState:
+        """The running episode's state: hidden information, for the oracle and scripted demonstrators."""
+        if self._state is None:
+            raise RuntimeError("no episode: call reset() first")
+        return self._state
+
+    def legal_actions(self) -> list[str]:
+        # An open action space: any assistant message is an action.
+        return []
+
+    def action_from_message(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The shop is given the assistant message itself, its tool calls read as a field."""
+        return message
+
+    def render(self, observation: str) -> dict[str, Any]:
+        return {"kind": "text", "text": observation}
+
+    def oracle(self, task: dict[str, Any]) -> ShopOracle:
+        return ShopOracle(self.scenario(task), self.max_turns)
+
+
+class ShopOracle:
+    """Ground truth for one shop task. An action is an assistant message (or a plain string, a final answer)."""
+
+    def __init__(self, scenario: Scenario, max_turns: int) -> None:
+        self.scenario = scenario
+        self.max_turns = max_turns
+
+    def _trace(self, actions: Sequence[dict[str, Any] | str]) -> tuple[list[ShopState], bool]:
+        """The state before each action and after the last one, stopping where the episode ends; and whether it
+        has ended."""
+        env = ToolShop(self.scenario.difficulty, self.max_turns)
+        env.reset({"seed": self.scenario.seed, "difficulty": self.scenario.difficulty})
+        states = [_snapshot(env._state)]
+        for action in actions:
+            if env._done:
+                break
+            env.step(action)
+            states.append(_snapshot(env._state))
+        return states, env._done
+
+    def success(self, actions: Sequence[dict[str, Any] | str]) -> bool:
+        return self._trace(actions)[0][-1].success
+
+    def true_return(self, actions: Sequence[dict[str, Any] | str]) -> float:
+        return 1.0 if self.success(actions) else 0.0
+
+    def progress_return(self, actions: Sequence[dict[str, Any] | str]) -> float:
+        """A graded return that also orders failures: a success scores 1 plus up to 0.5 for unused turns, a failure
+        ``0.5 * (1 - calls still needed / calls needed at the start)``, negative when it ended further away than it
+        started. A wrong order counts as one call worse than the cart it was placed with."""
+        states, _ = self._trace(actions)
+        final = states[-1]
+        if final.success:
+            return 1.0 + 0.5 * (self.max_turns - final.turns) / self.max_turns
+        start = states[0].calls_to_go()
+        remaining = final.calls_to_go()
+        if remaining == float("inf"):
+            before = _snapshot(final)
+            before.cart, before.order = dict(final.order), None
+            remaining = before.calls_to_go() + 1
+        return 0.5 * (1.0 - remaining / start)
+
+    def step_correct(self, actions: Sequence[dict[str, Any] | str]) -> list[bool]:
+        """A step is correct when its calls bring the goal at least as many calls closer as they are (no error,
+        nothing wasted); a search that happens to show two goal items' ids saves a later one."""
+        states, _ = self._trace(actions)
+        correct = []
+        for action, before, after in zip(actions, states, states[1:], strict=False):
+            calls = len(message_calls(action))
+            correct.append(calls > 0 and after.calls_to_go() <= before.calls_to_go() - calls)
+        return correct
+
+    def best_actions(self, actions_so_far: Sequence[dict[str, Any] | str]) -> list[dict[str, Any]]:
+        """The optimal next assistant messages, one tool call each, the canonical one first: wrong cart lines are
+        removed, then the goal's lines are handled in the instruction's order (search, then add), then checkout."""
+        states, done = self._trace(actions_so_far)
+        return [] if done else self.best_actions_at(states[-1])
+
+    def best_actions_at(self, state: ShopState) -> list[dict[str, Any]]:
+        """``best_actions`` for a running episode's current state (``ToolShop.state``), without replaying it."""
+        goal = self.scenario.goal_cart()
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("remove_from_cart", {"item_id": item_id}) for item_id in state.cart if item_id not in goal
+        ]
+        for line in self.scenario.goal:
+            have = state.cart.get(line.item_id, 0)
+            if have > line.quantity:
+                calls.append(("remove_from_cart", {"item_id": line.item_id}))
+            elif have < line.quantity:
+                if state.known(line):
+                    calls.append(("add_to_cart", {"item_id": line.item_id, "quantity": line.quantity - have}))
+                else:
+                    item = self.scenario.item(line.item_id)
+                    query = item.product if line.cheapest else item.name
+                    calls.append(("search", {"query": query}))
+        if not calls:
+            calls.append(("checkout", {}))
+        return [tool_call_message([call]) for call in calls]
+
+
+def _snapshot(state: ShopState) -> ShopState:
+    return ShopState(
+        state.scenario,
+        dict(state.cart),
+        set(state.seen_ids),
+        None if state.order is None else dict(state.order),
+        state.turns,
+    )
