@@ -133,15 +133,18 @@ def gridworld_steps(env, spec: dict, rng: random.Random, skill: float) -> list[d
             break
         action = best[0] if rng.random() < skill else rng.choice(ACTIONS)
         result = env.step(action)
+        reasoning = "the goal is that way" if action in best else "walls everywhere, try another way"
         steps.append(
             {
                 "index": index,
                 "observation": observation,
-                "reasoning": "the goal is that way" if action in best else "walls everywhere, try another way",
+                "reasoning": reasoning,
                 "action": action,
                 "env_reward": result.reward,
                 "done": result.done,
                 "render": env.render(observation),
+                "message": env.message_for_action(action, reasoning),
+                "replies": [{"role": "user", "content": result.observation}],
             }
         )
         actions.append(action)
@@ -160,6 +163,7 @@ def seed(args: argparse.Namespace, items_wanted: int) -> tuple[int, list[str]]:
 
     from feedback_app import queue
     from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Project, Step, Task, Trajectory
+    from reward_models.envs.base import prompt_messages
     from reward_models.envs.gridworld import GridWorld
 
     env, rng = GridWorld(), random.Random(0)
@@ -186,6 +190,7 @@ def seed(args: argparse.Namespace, items_wanted: int) -> tuple[int, list[str]]:
                 task=task,
                 policy_version=rng.choice(policies),
                 source="import",
+                prompt=prompt_messages(env, task.spec, steps[0]["observation"]) if steps else [],
                 num_steps=len(steps),
                 success=bool(steps and steps[-1]["done"] and steps[-1]["env_reward"] > 0),
             )

@@ -95,8 +95,9 @@ def ensure_database(args: argparse.Namespace, seed_key: str) -> bool:
     return True
 
 
-def episode_pool(size: int, max_steps: int) -> list[list[tuple[str, str, str]]]:
-    """Real gridworld episodes (observation, reasoning, action), reused cyclically so texts are realistic."""
+def episode_pool(size: int, max_steps: int) -> list[list[tuple[str, str, str, str]]]:
+    """Real gridworld episodes (observation, reasoning, action, the observation after it), reused cyclically so texts
+    are realistic."""
     from reward_models.envs.gridworld import ACTIONS, GridWorld
     from reward_models.policy.bootstrap import goal_reasoning
 
@@ -106,8 +107,8 @@ def episode_pool(size: int, max_steps: int) -> list[list[tuple[str, str, str]]]:
         steps = []
         for _ in range(max_steps):
             action = rng.choice(ACTIONS)
-            steps.append((observation, goal_reasoning(observation), action))
             result = env.step(action)
+            steps.append((observation, goal_reasoning(observation), action, result.observation))
             if result.done:
                 break
             observation = result.observation
@@ -122,6 +123,7 @@ def seed(args: argparse.Namespace, seed_key: str) -> None:
     from django.db import connection, transaction
 
     from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Project
+    from reward_models.policy.turns import format_decision
 
     started = time.monotonic()
     rng = random.Random(1)
@@ -159,7 +161,7 @@ def seed(args: argparse.Namespace, seed_key: str) -> None:
         with raw.copy(
             "COPY feedback_app_trajectory (id, project_id, task_id, policy_version_id, source, parent_id, "
             "branch_step_index, rollout_run_id, sample_index, external_id, num_steps, total_env_reward, success, "
-            "outcome_return, oracle, metadata, created_at) FROM STDIN"
+            "outcome_return, oracle, metadata, prompt, tools, created_at) FROM STDIN"
         ) as trajectories:
             lengths = []
             for task in range(1, tasks + 1):
@@ -167,22 +169,29 @@ def seed(args: argparse.Namespace, seed_key: str) -> None:
                     trajectory_id += 1
                     n = rng.randint(args.min_steps, args.max_steps)
                     lengths.append(n)
+                    first_observation = pool[trajectory_id % len(pool)][0][0]
+                    prompt = [
+                        {"role": "system", "content": "reach the goal G"},
+                        {"role": "user", "content": first_observation},
+                    ]
                     trajectories.write_row(
                         (trajectory_id, project.pk, task, policy.pk, "policy", None, None, None, sample, None, n)
-                        + (0.0, None, None, "{}", "{}", now)
+                        + (0.0, None, None, "{}", "{}", json.dumps(prompt), "[]", now)
                     )
         with raw.copy(
             "COPY feedback_app_step (id, trajectory_id, index, observation, reasoning, action, tool_calls, "
-            "env_reward, logprob, media, render, done) FROM STDIN"
+            "env_reward, logprob, media, render, done, message, replies) FROM STDIN"
         ) as steps:
             for trajectory, n in enumerate(lengths, start=1):
                 episode = pool[trajectory % len(pool)]
                 for index in range(n):
                     step_id += 1
-                    observation, reasoning, action = episode[index]
+                    observation, reasoning, action, after = episode[index]
+                    message = {"role": "assistant", "content": format_decision(reasoning, action)}
+                    replies = [{"role": "user", "content": after}]  # what the environment answered, as in rollouts
                     steps.write_row(
                         (step_id, trajectory, index, observation, reasoning, action, "[]", 0.0, None, "[]", "{}")
-                        + (index == n - 1,)
+                        + (index == n - 1, json.dumps(message), json.dumps(replies))
                     )
         comparison_id = 0
         with raw.copy(
