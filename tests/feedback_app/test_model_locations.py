@@ -24,19 +24,6 @@ def roots(settings, tmp_path):
 
 
 @pytest.fixture
-def api_as():
-    from rest_framework.test import APIClient
-
-    def make(user) -> APIClient:
-        client = APIClient()
-        client.default_format = "json"
-        client.force_login(user)
-        return client
-
-    return make
-
-
-@pytest.fixture
 def other_project(gridworld_spec):
     return Project.objects.create(name="Other project", environment=gridworld_spec)
 

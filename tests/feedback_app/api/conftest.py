@@ -17,19 +17,6 @@ def _fresh_throttle_counts():
 
 
 @pytest.fixture
-def api_as():
-    """api_as(user) -> an APIClient logged in as `user` (session authentication)."""
-
-    def make(user) -> APIClient:
-        client = APIClient()
-        client.default_format = "json"
-        client.force_login(user)
-        return client
-
-    return make
-
-
-@pytest.fixture
 def token_client():
     """token_client(user, read_only=False) -> an APIClient sending a fresh API token as a Bearer header."""
     from feedback_app.models import ApiToken

@@ -53,18 +53,6 @@ def _same(first: list[dict], second: list[dict]) -> bool:
 
 
 @pytest.fixture
-def api_as():
-    from rest_framework.test import APIClient
-
-    def make(user) -> APIClient:
-        client = APIClient()
-        client.force_login(user)
-        return client
-
-    return make
-
-
-@pytest.fixture
 def shop_project(researcher, annotator):
     spec = EnvironmentSpec.objects.create(
         name="toolshop-test", dotted_path="reward_models.envs.toolshop.ToolShop", config={}
