@@ -31,6 +31,8 @@ MARGIN_LEFT = 56
 MARGIN_RIGHT = 16
 # Points are drawn as dots up to this many per series; beyond it a dot per point is noise and page weight.
 MAX_DOTS = 80
+# Category labels under bars are cut to this many characters.
+LONGEST_CATEGORY = 24
 
 
 def line_chart(
@@ -52,6 +54,7 @@ def line_chart(
         return frame.render(frame.empty())
     x_ticks, (x_lo, x_hi) = nice_ticks(min(xs), max(xs))
     y_ticks, (y_lo, y_hi) = nice_ticks(min(ys), max(ys))
+    frame.fit_ticks(y_ticks, x_ticks)
     sx = _scale(x_lo, x_hi, frame.left, frame.right)
     sy = _scale(y_lo, y_hi, frame.bottom, frame.top)
     parts = [frame.y_axis(y_ticks, sy), frame.x_axis_numeric(x_ticks, sx)]
@@ -114,6 +117,7 @@ def bar_chart(
                 down += v
     ends = [end for *_, end in segments]
     y_ticks, (y_lo, y_hi) = nice_ticks(min(0.0, *ends), max(0.0, *ends))
+    frame.fit_ticks(y_ticks)
     sy = _scale(y_lo, y_hi, frame.bottom, frame.top)
     band = (frame.right - frame.left) / len(categories)
     bar_width = band * 0.8 if stacked else band * 0.8 / len(values)
@@ -159,6 +163,7 @@ def interval_chart(
     if reference is not None:
         values.append(reference)
     x_ticks, (x_lo, x_hi) = nice_ticks(min(values), max(values))
+    frame.fit_ticks([], x_ticks)
     sx = _scale(x_lo, x_hi, frame.left, frame.right)
     parts = [frame.x_axis_numeric(x_ticks, sx)]
     if reference is not None:
@@ -201,10 +206,21 @@ class _Frame:
         self.title, self.names, self.x_label, self.y_label = str(title), names, str(x_label), str(y_label)
         self.legend = self._legend_layout()
         legend_rows = 1 + max((row for row, _, _ in self.legend), default=-1)
-        self.top = 10 + (22 if self.title else 0) + LEGEND_ROW * legend_rows
+        # Half a line below the legend, so the top tick's label (centred on the plot's top edge) stays clear of it.
+        self.top = 10 + (22 if self.title else 0) + LEGEND_ROW * legend_rows + (TEXT_SIZE // 2 if legend_rows else 0)
         self.bottom = self.height - (42 if self.x_label else 26)
         self.left = MARGIN_LEFT if self.y_label else MARGIN_LEFT - 16
         self.right = self.width - MARGIN_RIGHT
+
+    def fit_ticks(self, y_ticks: Sequence[float], x_ticks: Sequence[float] = ()) -> None:
+        """Widen the left margin to the widest y tick label, and the right one to half the last x tick label, so
+        that no label is cut off at the edge of the chart."""
+        if y_ticks:
+            widest = max(len(label) for label in _tick_labels(list(y_ticks))) * CHAR_WIDTH + 10
+            self.left = max(self.left, widest + (16 if self.y_label else 0))
+        if x_ticks:
+            last = _tick_labels(list(x_ticks))[-1]
+            self.right = min(self.right, self.width - len(last) * CHAR_WIDTH / 2 - 2)
 
     def _legend_layout(self) -> list[tuple[int, float, str]]:
         """(row, x, name) per series, wrapping onto new rows so a narrow chart keeps its legend readable. A lone
@@ -280,12 +296,16 @@ class _Frame:
     def x_axis_categories(self, categories: list[str], band: float) -> str:
         parts = [_line(self.left, self.bottom, self.right, self.bottom, "#6b7385")]
         # Label every k-th category so that labels never overlap; the rest still show on hover.
-        widest = max(len(c) for c in categories) * CHAR_WIDTH + 6
+        # A label longer than LONGEST_CATEGORY characters is cut with an ellipsis (its bar's tooltip has it whole),
+        # and none reaches past the chart's edges.
+        shown = [c if len(c) <= LONGEST_CATEGORY else c[: LONGEST_CATEGORY - 1] + "…" for c in categories]
+        widest = max(len(c) for c in shown) * CHAR_WIDTH + 6
         every = max(1, math.ceil(widest / band))
-        for index, category in enumerate(categories):
+        for index, category in enumerate(shown):
             if index % every:
                 continue
-            x = self.left + band * (index + 0.5)
+            half = len(category) * CHAR_WIDTH / 2
+            x = min(max(self.left + band * (index + 0.5), half + 2), self.width - half - 2)
             parts.append(
                 f'<text class="x-tick" x="{_n(x)}" y="{self.bottom + 16}" text-anchor="middle">'
                 f"{escape(category)}</text>"
@@ -318,12 +338,21 @@ def _n(value: float) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
+# Suffixes of large numbers, largest first; past the last, a number is written with its power of ten.
+SCALES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e4, "k"))
+
+
 def _fmt(value: float, digits: int = 4) -> str:
-    """A number for people: up to `digits` significant digits, thousands and millions shortened."""
-    if abs(value) >= 1e6:
-        return f"{value / 1e6:.{digits}g}M"
-    if abs(value) >= 1e4:
-        return f"{value / 1e3:.{digits}g}k"
+    """A number for people: up to `digits` significant digits, thousands to trillions shortened (12.5k, 3.1G), and
+    anything larger written as 2.5e15."""
+    size = abs(value)
+    if size >= 1e15:
+        mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+        return f"{float(mantissa):.{digits}g}e{int(exponent)}"
+    for scale, suffix in SCALES:
+        if size >= scale:
+            divisor = 1e3 if suffix == "k" else scale
+            return f"{value / divisor:.{digits}g}{suffix}"
     return f"{value:.{digits}g}"
 
 

@@ -100,7 +100,7 @@ def submit_comparison(
     assignment: Assignment,
     *,
     choice: str,
-    strength: int = 2,
+    strength: int | None = 2,
     rationale: str = "",
     client_token: uuid.UUID | None = None,
     seconds_spent: float | None = None,
@@ -114,7 +114,8 @@ def submit_comparison(
         return Stored(earlier, False)
     if choice not in ComparisonChoice.values:
         raise ValidationError({"choice": f"Choose one of {', '.join(ComparisonChoice.values)}, not {choice!r}."})
-    if not isinstance(strength, int) or not 1 <= strength <= 3:
+    strength = Comparison.strength_for(choice, strength)
+    if strength is not None and (not isinstance(strength, int) or not 1 <= strength <= 3):
         raise ValidationError({"strength": f"Strength is 1 (slight), 2 (clear) or 3 (decisive), not {strength!r}."})
     item = assignment.item
     values = {"choice": choice, "strength": strength, "rationale": rationale.strip()}

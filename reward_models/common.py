@@ -43,9 +43,11 @@ C = TypeVar("C")
 
 class Reporter(Protocol):
     """Where a pipeline reports. `progress` may raise (Tandem raises `RunCancelled` there when the run is cancelled),
-    so a pipeline calls it at least once per optimiser step and lets the exception through."""
+    so a pipeline calls it at least once per optimiser step, and as often in any long stretch of work besides
+    (evaluation, rollouts), and lets the exception through. `phase` names that other work ("evaluating the base
+    policy: greedy"), which counts its own units; progress without one is training's."""
 
-    def progress(self, current: int, total: int) -> None: ...
+    def progress(self, current: int, total: int, phase: str = "") -> None: ...
 
     def metric(self, step: int, **values: float) -> None: ...
 
@@ -62,16 +64,19 @@ class ConsoleReporter:
         self._started = time.monotonic()
         self._last = 0.0
 
-    def progress(self, current: int, total: int) -> None:
+    def progress(self, current: int, total: int, phase: str = "") -> None:
         now = time.monotonic()
         if current < total and now - self._last < self.interval:
             return
         self._last = now
         elapsed = now - self._started
-        eta = elapsed * (total - current) / current if current else float("nan")
         width = 30
         filled = int(width * current / total) if total else 0
         bar = "#" * filled + "." * (width - filled)
+        if phase:
+            print(f"{phase}: [{bar}] {current}/{total}", file=self.stream, flush=True)
+            return
+        eta = elapsed * (total - current) / current if current else float("nan")
         print(f"[{bar}] {current}/{total} elapsed {elapsed:.0f}s eta {eta:.0f}s", file=self.stream, flush=True)
 
     def metric(self, step: int, **values: float) -> None:
@@ -85,7 +90,7 @@ class ConsoleReporter:
 class SilentReporter:
     """Reports nowhere; for library use and tests that do not watch progress."""
 
-    def progress(self, current: int, total: int) -> None:
+    def progress(self, current: int, total: int, phase: str = "") -> None:
         pass
 
     def metric(self, step: int, **values: float) -> None:

@@ -598,7 +598,10 @@ class _MemberReporter:
     def __init__(self, reporter: Reporter, member: int, members: int) -> None:
         self.reporter, self.member, self.members, self.steps = reporter, member, members, 0
 
-    def progress(self, current: int, total: int) -> None:
+    def progress(self, current: int, total: int, phase: str = "") -> None:
+        if phase:
+            self.reporter.progress(current, total, phase)
+            return
         self.steps = total
         self.reporter.progress(self.member * total + current, self.members * total)
 

@@ -200,8 +200,10 @@ def evaluate_success(
     samples: int = 1,
     temperature: float = 1.0,
     seed: int = 0,
+    progress: ProgressCallback | None = None,
 ) -> dict[str, Any]:
     """Success rate over the tasks of ``seeds`` (typically ``env.eval_seeds()``), with its standard error.
+    ``progress(finished, total)`` is called after every turn, as `rollout` calls it.
 
     With several samples per task the samples of one task are not independent, so the standard error is taken over
     per-task success rates (``task_rates``, in the order of ``seeds``). ``pass_at_k`` is the share of tasks with at
@@ -220,6 +222,7 @@ def evaluate_success(
         temperature=temperature,
         seed=seed,
         render=False,
+        progress=progress,
     )
     per_task = [episodes[i * samples : (i + 1) * samples] for i in range(len(tasks))]
     task_rates = [sum(e.success for e in group) / samples for group in per_task]

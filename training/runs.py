@@ -77,13 +77,19 @@ class RunRecorder:
         self.check_interval = check_interval
         self._last_write = 0.0
         self._last_check = 0.0
+        self._phase: str | None = None
 
-    def progress(self, current: int, total: int, *, force: bool = False) -> None:
+    def progress(self, current: int, total: int, phase: str = "", *, force: bool = False) -> None:
+        """`current` of `total` done in `phase` (training when empty); a new phase is written at once, with the time
+        it began, so the run's ETA is the phase's own."""
         now = time.monotonic()
-        if force or current >= total or now - self._last_write >= self.write_interval:
-            TrainingRun.objects.filter(pk=self.run_id).update(
-                progress_current=min(current, total), progress_total=total, heartbeat_at=timezone.now()
-            )
+        new_phase = phase != self._phase
+        if force or new_phase or current >= total or now - self._last_write >= self.write_interval:
+            fields = {"progress_current": min(current, total), "progress_total": total, "progress_phase": phase}
+            if new_phase:
+                fields["phase_started_at"] = timezone.now()
+                self._phase = phase
+            TrainingRun.objects.filter(pk=self.run_id).update(**fields, heartbeat_at=timezone.now())
             self._last_write = now
         self.raise_if_cancelled()
 

@@ -404,6 +404,7 @@ class TrainingRunSerializer(TandemModelSerializer):
             "inputs",
             "progress_current",
             "progress_total",
+            "progress_phase",
             "progress_fraction",
             "eta_seconds",
             "metrics",

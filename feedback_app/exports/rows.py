@@ -224,7 +224,7 @@ def _comparison_values(verdict: Verdict) -> dict[str, Any]:
             "label_ids": [vote.label_id],
         }
     label_ids, annotator_ids = _provenance(verdict)
-    margins = [MARGIN_BY_STRENGTH[vote.extra[0]] for vote in verdict.supporting]
+    margins = [MARGIN_BY_STRENGTH[vote.extra[0] or 2] for vote in verdict.supporting]
     return {
         "margin": 0.0 if verdict.value == "tie" else sum(margins) / len(margins),
         "agreement": verdict.agreement,

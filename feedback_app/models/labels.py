@@ -137,7 +137,9 @@ class Comparison(LabelBase):
     trajectory_a = models.ForeignKey("feedback_app.Trajectory", on_delete=models.CASCADE, related_name="+")
     trajectory_b = models.ForeignKey("feedback_app.Trajectory", on_delete=models.CASCADE, related_name="+")
     choice = models.CharField(max_length=8, choices=ComparisonChoice.choices)
-    strength = models.PositiveSmallIntegerField(default=2, help_text="1 slight, 2 clear, 3 decisive.")
+    strength = models.PositiveSmallIntegerField(
+        null=True, blank=True, default=2, help_text="1 slight, 2 clear, 3 decisive; none for a tie or both bad."
+    )
     rationale = models.TextField(blank=True)
     displayed_order = models.CharField(max_length=2, choices=[("ab", "A left"), ("ba", "B left")], default="ab")
 
@@ -147,9 +149,24 @@ class Comparison(LabelBase):
             _one_current("comparison", "trajectory_a", "trajectory_b"),
             models.CheckConstraint(condition=Q(trajectory_a__lt=F("trajectory_b")), name="comparison_canonical_order"),
             models.CheckConstraint(condition=Q(choice__in=ComparisonChoice.values), name="comparison_valid_choice"),
-            models.CheckConstraint(condition=Q(strength__gte=1, strength__lte=3), name="comparison_strength_1_to_3"),
+            models.CheckConstraint(
+                condition=Q(strength__isnull=True) | Q(strength__gte=1, strength__lte=3),
+                name="comparison_strength_1_to_3",
+            ),
             models.CheckConstraint(condition=Q(displayed_order__in=["ab", "ba"]), name="comparison_valid_order"),
         ]
+
+    def save(self, *args, **kwargs) -> None:
+        self.strength = self.strength_for(self.choice, self.strength)
+        super().save(*args, **kwargs)
+
+    @staticmethod
+    def strength_for(choice: str, strength: int | None) -> int | None:
+        """The strength stored with `choice`: none for a tie or both bad, which prefer neither side; a preference
+        without one is clear (2)."""
+        if choice in (ComparisonChoice.TIE, ComparisonChoice.BOTH_BAD):
+            return None
+        return 2 if strength is None else strength
 
     def clean(self) -> None:
         if self.trajectory_a_id and self.trajectory_b_id:

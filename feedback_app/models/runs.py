@@ -83,6 +83,12 @@ class TrainingRun(models.Model):
     inputs = models.JSONField(default=dict, blank=True, help_text="Other inputs, e.g. judge models by run id.")
     progress_current = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
+    progress_phase = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="What the progress counts besides training (evaluating a policy, rolling out); empty: training.",
+    )
+    phase_started_at = models.DateTimeField(null=True, blank=True, help_text="When the current phase began.")
     metrics = models.JSONField(default=list, blank=True, help_text="A series of {step, name: value, ...} points.")
     summary = models.JSONField(default=dict, blank=True, help_text="Final figures of the run.")
     log = models.TextField(blank=True)
@@ -139,9 +145,11 @@ class TrainingRun(models.Model):
 
     @property
     def eta(self) -> timedelta | None:
-        if self.status != RunStatus.RUNNING or not self.started_at or not self.progress_current:
+        """The time left in the current phase (training, an evaluation, rollouts), at the pace of the phase so far."""
+        started = self.phase_started_at or self.started_at
+        if self.status != RunStatus.RUNNING or not started or not self.progress_current:
             return None
-        elapsed = timezone.now() - self.started_at
+        elapsed = timezone.now() - started
         return elapsed * (self.progress_total - self.progress_current) / self.progress_current
 
 

@@ -18,8 +18,9 @@ def cell_class(cell: str) -> str:
     return CELL_CLASSES.get(cell, "other")
 
 
-# Floor and wall cells carry no text; the agent, the goal and anything else show their character.
-_QUIET_CELLS = {".", "#"}
+# Floor cells carry no text, and a wall's colour is told in words to screen readers only; the agent, the goal and
+# anything else show their character.
+_CELL_TEXT = {".": "", "#": '<span class="sr-only">wall</span>'}
 
 
 @register.simple_tag
@@ -30,7 +31,7 @@ def gridmap(rows: list[list[str]], step_number: int) -> SafeString:
 
     def cell_html(cell: str) -> str:
         if cell not in cells:
-            text = "" if cell in _QUIET_CELLS else escape(cell)
+            text = _CELL_TEXT.get(cell, escape(cell))
             cells[cell] = f'<td class="cell cell-{cell_class(cell)}">{text}</td>'
         return cells[cell]
 

@@ -24,7 +24,18 @@ from django.views.decorators.vary import vary_on_headers
 
 from feedback_app import labelling, queue
 from feedback_app.access import get_project_for_member, sees_outcomes
-from feedback_app.models import Assignment, LabelKind, Membership, PolicyVersion, Project, Step, Task, Trajectory
+from feedback_app.models import (
+    Assignment,
+    Comparison,
+    LabelKind,
+    Membership,
+    PolicyVersion,
+    Project,
+    Step,
+    Task,
+    Trajectory,
+)
+from feedback_app.models.queue import AssignmentStatus
 from feedback_app.rows import Rows, fetch_all
 from feedback_app.templatetags.tandem import step_card
 from feedback_app.views.workspace import get_membership_and_assignment
@@ -44,10 +55,21 @@ class ComparisonForm(forms.Form):
     strength = forms.TypedChoiceField(
         choices=[(1, "slight"), (2, "clear"), (3, "decisive")],
         coerce=int,
-        error_messages={"required": STRENGTH_MESSAGE, "invalid_choice": STRENGTH_MESSAGE},
+        empty_value=None,
+        required=False,
+        error_messages={"invalid_choice": STRENGTH_MESSAGE},
     )
     rationale = forms.CharField(required=False, max_length=5000)
     client_token = forms.UUIDField(error_messages={"required": "The form lost its token; reload the page."})
+    # The id of the stored answer this submit replaces, once the annotator has been shown it and confirmed.
+    replaces = forms.IntegerField(required=False, min_value=1, max_value=2**63 - 1)
+
+    def clean(self) -> dict:
+        # A strength belongs to a preference; a tie or "both bad" is stored without one, whatever was ticked.
+        data = super().clean()
+        if data.get("choice") in ("left", "right") and data.get("strength") is None and "strength" not in self.errors:
+            self.add_error("strength", STRENGTH_MESSAGE)
+        return data
 
 
 @require_GET
@@ -72,6 +94,16 @@ def compare_submit(request: HttpRequest, project_pk: int, assignment_pk: int) ->
     if not form.is_valid():
         return _workspace(request, project, membership, assignment, form=form, status=400)
     data = form.cleaned_data
+    if (answered := _answered_elsewhere(request.user, assignment, data)) is not None:
+        confirmed = request.POST.copy()
+        confirmed["replaces"] = str(answered.pk)
+        form = ComparisonForm(confirmed)
+        form.is_valid()
+        notice = (
+            f"You already answered this pair, in another tab or an earlier visit: {_answer_text(answered)}. "
+            "Submit again to replace that answer with this one, or reload the page for the next pair."
+        )
+        return _workspace(request, project, membership, assignment, form=form, notice=notice, status=409)
     was_live = assignment.lease_is_live(timezone.now())
     try:
         stored = labelling.submit_comparison(
@@ -96,6 +128,32 @@ def compare_submit(request: HttpRequest, project_pk: int, assignment_pk: int) ->
     resume = not (was_live and stored.created)
     following = queue.next_assignment(request.user, project, kind=LabelKind.COMPARISON, resume=resume)
     return _workspace(request, project, membership, following)
+
+
+def _answered_elsewhere(user, assignment: Assignment, data: dict) -> Comparison | None:
+    """The stored answer to an item that was answered since this form was shown (a second tab, an old page), unless
+    this submit repeats it (the same token) or the annotator confirmed replacing it; None when nothing stands in the
+    way. A leased item has no answer yet: it needs no lookup."""
+    if assignment.status != AssignmentStatus.DONE:
+        return None
+    item = assignment.item
+    current = Comparison.objects.filter(
+        annotator=user,
+        trajectory_a_id=item.trajectory_id,
+        trajectory_b_id=item.other_trajectory_id,
+        is_current=True,
+    ).first()
+    if current is None or current.client_token == data["client_token"] or current.pk == data["replaces"]:
+        return None
+    return current
+
+
+def _answer_text(label: Comparison) -> str:
+    """A stored comparison as the annotator chose it, in the page's left/right terms."""
+    shown = labelling.shown_choice(label.choice, label.displayed_order)
+    words = {"left": "left is better", "right": "right is better", "tie": "a tie", "both_bad": "both bad"}[shown]
+    strength = {1: "slight", 2: "clear", 3: "decisive"}.get(label.strength)
+    return f"{words} ({strength})" if strength else words
 
 
 def _workspace(

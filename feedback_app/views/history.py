@@ -6,13 +6,17 @@ is a 404, not a 403. The list is one UNION query over the five label tables, the
 
 from __future__ import annotations
 
+from collections import Counter
+
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.db.models import CharField, Value
-from django.http import Http404, HttpRequest, HttpResponse
+from django.db.models import CharField, F, Max, Value
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.template.defaultfilters import pluralize
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
@@ -23,6 +27,8 @@ from feedback_app.models.labels import LabelBase
 from feedback_app.views.compare import CHOICE_MESSAGE, STRENGTH_MESSAGE
 
 PAGE_SIZE = 25
+# Step-label values in the order a history row counts them.
+STEP_VALUES = ((1, "+1"), (0, "0"), (-1, "−1"))
 
 LABEL_MODELS: dict[str, type[LabelBase]] = {
     LabelKind.COMPARISON: Comparison,
@@ -51,6 +57,9 @@ class ComparisonEditForm(forms.Form):
     strength = forms.TypedChoiceField(
         choices=[(1, "1 slight"), (2, "2 clear"), (3, "3 decisive")],
         coerce=int,
+        empty_value=None,
+        required=False,
+        help_text="Only for a preference: a tie or both bad is kept without one.",
         error_messages={"invalid_choice": STRENGTH_MESSAGE},
     )
     rationale = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}))
@@ -148,9 +157,27 @@ EDIT_FORMS: dict[str, type[forms.Form]] = {
 @require_GET
 @login_required
 def history(request: HttpRequest, project_pk: int) -> HttpResponse:
+    """The user's current labels, newest first, a trajectory's step labels in one row; `kind` keeps one kind, and
+    `project` moves to the same list in another of the user's projects."""
     project, _ = get_project_for_member(request, project_pk)
-    page = Paginator(_my_current_labels(request.user, project), PAGE_SIZE).get_page(request.GET.get("page"))
-    context = {"project": project, "page": page, "rows": _rows(page.object_list)}
+    kind = request.GET.get("kind", "")
+    if kind not in LABEL_MODELS:
+        kind = ""
+    other = request.GET.get("project", "")
+    if other.isdigit() and int(other) != project.pk:
+        target = get_project_for_member(request, int(other))[0]
+        query = f"?kind={kind}" if kind else ""
+        return HttpResponseRedirect(reverse("history", args=[target.pk]) + query)
+    page = Paginator(_my_current_labels(request.user, project, kind), PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "project": project,
+        "page": page,
+        "rows": _rows(request.user, page.object_list),
+        "kind": kind,
+        "kinds": [(value, LabelKind(value).label) for value in LABEL_MODELS],
+        "projects": Project.objects.filter(memberships__user=request.user).order_by("name").only("pk", "name"),
+        "query": f"kind={kind}&" if kind else "",
+    }
     return render(request, "feedback_app/history.html", context)
 
 
@@ -201,27 +228,57 @@ def _edit(request: HttpRequest, label: LabelBase, form: forms.Form) -> tuple[int
         return (409 if "revision" in exc.message_dict else 400), label, False
 
 
-def _my_current_labels(user, project: Project):
-    """(kind, pk, created_at) of the user's current labels of every kind in `project`, newest first: one query."""
-    parts = [
-        model.objects.filter(project=project, annotator=user, is_current=True)
-        .order_by()
-        .annotate(kind=Value(kind, output_field=CharField()))
-        .values("kind", "pk", "created_at")
-        for kind, model in LABEL_MODELS.items()
-    ]
-    return parts[0].union(*parts[1:], all=True).order_by("-created_at", "-pk")
+def _my_current_labels(user, project: Project, kind: str = ""):
+    """(kind, label_id, at) of the user's current labels in `project` (of `kind` only, when given), newest first:
+    one query. A trajectory's step labels are one entry, its newest step label."""
+    parts = []
+    for name, model in LABEL_MODELS.items():
+        if kind and name != kind:
+            continue
+        labels = model.objects.filter(project=project, annotator=user, is_current=True).order_by()
+        if name == LabelKind.STEP_LABEL:
+            labels = labels.values("step__trajectory_id").annotate(label_id=Max("pk"), at=Max("created_at"))
+        else:
+            labels = labels.annotate(label_id=F("pk"), at=F("created_at"))
+        parts.append(labels.annotate(kind=Value(name, output_field=CharField())).values("kind", "label_id", "at"))
+    return parts[0].union(*parts[1:], all=True).order_by("-at", "-label_id")
 
 
-def _rows(entries) -> list[dict]:
-    """The page's labels as rows, fetched with one query per kind present on the page."""
+def _rows(user, entries) -> list[dict]:
+    """The page's labels as rows, fetched with one query per kind present on the page; a step-label entry becomes
+    its trajectory's row of current step labels."""
     wanted: dict[str, list[int]] = {}
     for entry in entries:
-        wanted.setdefault(entry["kind"], []).append(entry["pk"])
+        wanted.setdefault(entry["kind"], []).append(entry["label_id"])
     fetched = {
         kind: LABEL_MODELS[kind].objects.select_related(*RELATED[kind]).in_bulk(pks) for kind, pks in wanted.items()
     }
-    return [_row(entry["kind"], fetched[entry["kind"]][entry["pk"]]) for entry in entries]
+    steps_of: dict[int, list[StepLabel]] = {}
+    if newest := fetched.get(LabelKind.STEP_LABEL):
+        trajectories = {label.step.trajectory_id for label in newest.values()}
+        current = StepLabel.objects.filter(annotator=user, is_current=True, step__trajectory_id__in=trajectories)
+        for label in current.select_related("step").order_by("step__index"):
+            steps_of.setdefault(label.step.trajectory_id, []).append(label)
+    rows = []
+    for entry in entries:
+        label = fetched[entry["kind"]][entry["label_id"]]
+        row = _row(entry["kind"], label)
+        if entry["kind"] == LabelKind.STEP_LABEL:
+            row |= _step_group(steps_of[label.step.trajectory_id])
+        rows.append(row)
+    return rows
+
+
+def _step_group(labels: list[StepLabel]) -> dict:
+    """A trajectory's current step labels as one history row: the counts of each value, and every step's label."""
+    counts = Counter(label.value for label in labels)
+    tally = ", ".join(f"{display} ×{counts[value]}" for value, display in STEP_VALUES if counts[value])
+    return {
+        "kind_label": "Step labels",
+        "step_number": None,
+        "judgement": f"{len(labels)} step{pluralize(len(labels))}: {tally}",
+        "steps": labels,
+    }
 
 
 def _row(kind: str, label: LabelBase) -> dict:
@@ -240,7 +297,7 @@ def _about(kind: str, label) -> dict:
         judgement = {"left": "left better", "right": "right better", "tie": "tie", "both_bad": "both bad"}[shown]
         return {
             "trajectories": (left, right),
-            "judgement": f"{judgement} · strength {label.strength}",
+            "judgement": judgement if label.strength is None else f"{judgement} · strength {label.strength}",
             "text": label.rationale,
         }
     if kind == LabelKind.STEP_LABEL:

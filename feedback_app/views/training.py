@@ -65,6 +65,8 @@ LOG_TAIL_LINES = 80
 MAX_CHART_POINTS = 300
 # Metric names whose curves come first on the run page, in this order; the rest follow alphabetically.
 HEADLINE_METRICS = ("loss", "reward", "kl", "acc")
+# Policy trainers whose progress counts iterations of rollouts and updates rather than optimiser steps.
+ONLINE_KINDS = (RunKind.PPO, RunKind.NASH_MD, RunKind.SPO)
 
 
 @require_GET
@@ -279,13 +281,17 @@ def _duration(delta: timedelta | None) -> str:
 
 
 def _timing(run: TrainingRun) -> TrainingRun:
-    """Annotate `run` with what its progress bar shows: percent done, time elapsed and the ETA (elapsed time ×
+    """Annotate `run` with what its progress bar shows: the phase it is in (training, evaluating a policy, rolling
+    out) and what it counts, percent done of the phase, time elapsed and the phase's ETA (time in the phase ×
     remaining / done, once it has made progress)."""
     run.percent = round(100 * run.progress_fraction)
     end = run.finished_at or timezone.now()
     run.elapsed_text = _duration(end - run.started_at) if run.started_at else ""
     run.eta_text = _duration(run.eta)
     run.rerunnable = run.kind in LAUNCH_KINDS
+    run.phase_text = run.progress_phase or ("rolling out" if run.kind == RunKind.ROLLOUT else "training")
+    counts_episodes = run.progress_phase or run.kind == RunKind.ROLLOUT
+    run.unit = "episodes" if counts_episodes else ("iterations" if run.kind in ONLINE_KINDS else "steps")
     return run
 
 
@@ -349,9 +355,12 @@ def _metric_order(name: str) -> tuple[int, str]:
 
 
 def _metric_charts(metrics: list[dict[str, Any]]) -> list[tuple[str, SafeString]]:
-    """One small line chart per metric name: loss first, then reward, KL and accuracy, then the rest."""
+    """One small line chart per metric name: loss first, then reward, KL and accuracy, then the rest. A metric
+    reported once (a summary such as total_flos or train_runtime) is no curve: the table of last values shows it."""
     charts = []
     for name, points in sorted(_metric_series(metrics).items(), key=lambda item: _metric_order(item[0])):
+        if len(points) < 2:
+            continue
         if len(points) > MAX_CHART_POINTS:
             stride = -(-len(points) // MAX_CHART_POINTS)
             points = points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])

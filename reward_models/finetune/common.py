@@ -220,11 +220,14 @@ def evaluate_policy(
     *,
     seed: int = 0,
     per_task: bool = False,
+    reporter: Reporter | None = None,
+    whose: str = "the trained policy",
 ) -> dict[str, Any]:
     """Greedy and sampled success on the first `config.eval_tasks` held-out tasks (`config.eval_samples` sampled
     episodes of each), each with its standard error over tasks (`rollout.evaluate_success`); {} when `eval_tasks`
     is 0. With `per_task`, also each task's success (`greedy_per_task`, `sampled_per_task`), for paired comparisons.
-    Pass the unwrapped model (`accelerator.unwrap_model`)."""
+    Pass the unwrapped model (`accelerator.unwrap_model`). With a `reporter`, the finished episodes are its progress
+    after every turn, in the phase "evaluating <whose>: greedy" (then sampled), so a cancel stops an evaluation too."""
     from reward_models.policy.local import LocalCausalLMPolicy
     from reward_models.rollout import evaluate_success
 
@@ -237,7 +240,14 @@ def evaluate_policy(
         model, tokenizer, history_window=settings["history_window"], max_new_tokens=settings["max_new_tokens"]
     )
     try:
-        greedy = evaluate_success(policy, factory, seeds, greedy=True, seed=seed)
+        greedy = evaluate_success(
+            policy,
+            factory,
+            seeds,
+            greedy=True,
+            seed=seed,
+            progress=_phase_progress(reporter, f"evaluating {whose}: greedy"),
+        )
         sampled = evaluate_success(
             policy,
             factory,
@@ -246,6 +256,7 @@ def evaluate_policy(
             samples=config.eval_samples,
             temperature=config.eval_temperature,
             seed=seed,
+            progress=_phase_progress(reporter, f"evaluating {whose}: sampled"),
         )
     finally:
         tokenizer.padding_side = padding_side
@@ -262,6 +273,20 @@ def evaluate_policy(
     return figures
 
 
+def _phase_progress(reporter: Reporter | None, phase: str) -> Callable[[int, int], None] | None:
+    """A `rollout` progress callback that reports to `reporter` in `phase` (None without a reporter)."""
+    if reporter is None:
+        return None
+    return lambda done, total: reporter.progress(done, total, phase)
+
+
+def rollout_progress(reporter: Reporter, iteration: int, iterations: int) -> Callable[[int, int], None]:
+    """The progress callback of an online trainer's rollouts in iteration `iteration` (from 1). After every turn it
+    reports training's progress as it stands (the iterations finished before this one), so the bar keeps counting
+    iterations while the reporter still sees a call each turn: a cancel stops the rollouts within a turn."""
+    return lambda done, total: reporter.progress(iteration - 1, iterations)
+
+
 def finished_policy(config: PolicyTrainConfig, kind: str, reporter: Reporter) -> dict[str, Any] | None:
     """The stored summary when `config.output_dir` already holds a finished policy of `kind` (and says so through
     `reporter`), else None: a trainer returns it instead of training again."""
@@ -276,11 +301,14 @@ def evaluate_base(
     tokenizer: PreTrainedTokenizerBase,
     settings: dict[str, Any],
     config: PolicyTrainConfig,
+    reporter: Reporter | None = None,
 ) -> dict[str, Any]:
     """`evaluate_policy` for the starting policy, or {} when `config.eval_base` is off."""
     if not config.eval_base:
         return {}
-    return evaluate_policy(model, tokenizer, settings, config, seed=config.seed, per_task=True)
+    return evaluate_policy(
+        model, tokenizer, settings, config, seed=config.seed, per_task=True, reporter=reporter, whose="the base policy"
+    )
 
 
 # --- turns, padding and log-probabilities ------------------------------------------------------------------------
@@ -523,11 +551,14 @@ def final_metrics(
     config: PolicyTrainConfig,
     base: dict[str, float],
     training: dict[str, Any],
+    reporter: Reporter | None = None,
 ) -> dict[str, Any]:
     """The summary's `metrics`: the starting policy's held-out success (`base`), the trained one's (`final`), the
     gains, and the trainer's own `training` figures."""
     metrics: dict[str, Any] = {"base": base, "training": training}
-    metrics["final"] = evaluate_policy(model, tokenizer, settings, config, seed=config.seed, per_task=True)
+    metrics["final"] = evaluate_policy(
+        model, tokenizer, settings, config, seed=config.seed, per_task=True, reporter=reporter
+    )
     metrics.update(success_gain(metrics))
     return metrics
 

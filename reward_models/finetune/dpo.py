@@ -393,7 +393,7 @@ def main(config: DPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     steps = counts["steps"]
     reporter.log(f"{describe_counts(counts, config)}, at the {config.level} level")
 
-    base = evaluate_base(loaded.model, tokenizer, settings, config)
+    base = evaluate_base(loaded.model, tokenizer, settings, config, reporter)
     started = time.monotonic()
     if config.level == "step":
         model, training, resumed = _train_steps(config, loaded.model, tokenizer, pairs, steps, reporter, started)
@@ -403,7 +403,7 @@ def main(config: DPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         )
     train_seconds = time.monotonic() - started
 
-    metrics = {**final_metrics(model, tokenizer, settings, config, base, training), **counts}
+    metrics = {**final_metrics(model, tokenizer, settings, config, base, training, reporter), **counts}
     summary = {
         "metrics": metrics,
         "labels_used": len(pairs),

@@ -334,7 +334,7 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
     else:
         reporter.log(f"evaluating the starting policy on {config.eval_tasks} held-out tasks")
         base = {
-            **evaluate_base(policy.model, tokenizer, settings, config),
+            **evaluate_base(policy.model, tokenizer, settings, config, reporter),
             **first_step_accuracy(policy.model, tokenizer, settings, config, seed=config.seed),
         }
         state_file.parent.mkdir(parents=True, exist_ok=True)
@@ -398,7 +398,7 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
         model = model.merge_and_unload()
     reporter.log("evaluating the trained policy")
     final = {
-        **evaluate_policy(model, tokenizer, settings, config, seed=config.seed, per_task=True),
+        **evaluate_policy(model, tokenizer, settings, config, seed=config.seed, per_task=True, reporter=reporter),
         **first_step_accuracy(model, tokenizer, settings, config, seed=config.seed),
     }
     metrics: dict[str, Any] = {"base": base, "final": final}

@@ -201,7 +201,7 @@ def main(config: KTOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
             weights["undesirable_weight"] = desirable / undesirable
     reporter.log(f"{len(examples)} turns ({desirable} desirable) from {used} rows, {steps} steps, {weights}")
 
-    base = evaluate_base(loaded.model, tokenizer, settings, config)
+    base = evaluate_base(loaded.model, tokenizer, settings, config, reporter)
     started = time.monotonic()
     random.Random(config.seed).shuffle(examples)
     trainer = kto_trainer(
@@ -216,7 +216,7 @@ def main(config: KTOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     training, resume = train_with_resume(trainer, config, reporter, extra=("kl",))
     train_seconds = time.monotonic() - started
     model = trained_model(trainer.accelerator, trainer.model)
-    metrics = final_metrics(model, tokenizer, settings, config, base, training)
+    metrics = final_metrics(model, tokenizer, settings, config, base, training, reporter)
     summary = {
         "metrics": metrics,
         "labels_used": used,

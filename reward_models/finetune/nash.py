@@ -71,6 +71,7 @@ from reward_models.finetune.common import (
     out_of_time,
     pad_turns,
     resume_loop_checkpoint,
+    rollout_progress,
     save_loop_checkpoint,
     save_trained_policy,
     shared_rollout,
@@ -337,7 +338,7 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
         base = state["base"]
     else:
         reporter.log(f"evaluating the starting policy on {config.eval_tasks} held-out tasks")
-        base = evaluate_base(accelerator.unwrap_model(model), tokenizer, settings, config)
+        base = evaluate_base(accelerator.unwrap_model(model), tokenizer, settings, config, reporter)
     history: list[dict[str, float]] = state.get("history", [])
     seconds = float(state.get("train_seconds", 0.0))
 
@@ -357,11 +358,12 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
             unwrapped, tokenizer, history_window=settings["history_window"], max_new_tokens=settings["max_new_tokens"]
         )
         seed = config.seed * 1_000_003 + step
+        progress = rollout_progress(reporter, step + 1, config.max_steps)
         figures: dict[str, float] = {}
         if config.method == "nash_md":
             episodes = shared_rollout(
                 accelerator, factory, batch_tasks, sampler, greedy=False, temperature=config.temperature,
-                seed=2 * seed, render=False, max_turns=config.max_turns,
+                seed=2 * seed, render=False, max_turns=config.max_turns, progress=progress,
             )  # fmt: skip
             mixture = MixturePolicy(
                 unwrapped, reference.model, tokenizer, config.mixture_alpha,
@@ -370,7 +372,7 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
             # The same split of the tasks, so that each episode meets its opponent on the same task.
             opponents = shared_rollout(
                 accelerator, factory, batch_tasks, mixture, greedy=False, temperature=config.temperature,
-                seed=2 * seed + 1, render=False, max_turns=config.max_turns,
+                seed=2 * seed + 1, render=False, max_turns=config.max_turns, progress=progress,
             )  # fmt: skip
             pairs = [preference_pair(episode, opponent) for episode, opponent in zip(episodes, opponents, strict=True)]
             probabilities = preference.probability(pairs, [episode.tools or None for episode in episodes])
@@ -382,6 +384,7 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
             episodes = shared_rollout(
                 accelerator, factory, batch_tasks, sampler, samples_per_task=k, greedy=False,
                 temperature=config.temperature, seed=2 * seed, render=False, max_turns=config.max_turns,
+                progress=progress,
             )  # fmt: skip
             advantages, rates = [], []
             for group in range(len(batch_tasks)):
@@ -421,7 +424,7 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
     if hasattr(trained, "merge_and_unload"):
         trained = trained.merge_and_unload()
     reporter.log("evaluating the trained policy")
-    final = evaluate_policy(trained, tokenizer, settings, config, seed=config.seed, per_task=True)
+    final = evaluate_policy(trained, tokenizer, settings, config, seed=config.seed, per_task=True, reporter=reporter)
     metrics: dict[str, Any] = {"base": base, "final": final}
     metrics.update(success_gain(metrics))
     if history:

@@ -52,6 +52,7 @@ import random
 import shutil
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +80,7 @@ from reward_models.finetune.common import (
     out_of_time,
     pad_turns,
     resume_loop_checkpoint,
+    rollout_progress,
     save_loop_checkpoint,
     save_trained_policy,
     shared_rollout,
@@ -324,6 +326,7 @@ class PPORun:
             seed=config.seed * 1_000_003 + iteration,
             render=False,
             max_turns=config.max_turns,
+            progress=rollout_progress(self.reporter, iteration + 1, config.max_steps),
         )
         return [episode for episode in episodes if episode.steps]
 
@@ -504,9 +507,17 @@ class PPORun:
         factory = environment_factory(config)
         seeds = list(training_seeds(factory(), config.selection_tasks, SELECTION_SEEDS))
         policy = self.local_policy()
-        greedy = evaluate_success(policy, factory, seeds, greedy=True, seed=config.seed)
+        phase = f"scoring the policy of iteration {iteration} on the selection tasks"
+        progress = partial(self.reporter.progress, phase=phase)
+        greedy = evaluate_success(policy, factory, seeds, greedy=True, seed=config.seed, progress=progress)
         sampled = evaluate_success(
-            policy, factory, seeds, greedy=False, temperature=config.eval_temperature, seed=config.seed
+            policy,
+            factory,
+            seeds,
+            greedy=False,
+            temperature=config.eval_temperature,
+            seed=config.seed,
+            progress=progress,
         )
         score = (greedy["success_rate"] + sampled["success_rate"]) / 2
         record = {"iteration": iteration, "greedy": greedy["success_rate"], "sampled": sampled["success_rate"]}
@@ -687,7 +698,7 @@ def main(config: PPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
             judges.prm_moments = RunningMoments(**state.get("prm_moments", {}))
     else:
         run.state = {"kl_beta": config.kl_beta, "train_seconds": 0.0, "selection": [], "best": None, "episodes": 0}
-        run.state["base"] = evaluate_base(run.policy, run.tokenizer, run.settings, config)
+        run.state["base"] = evaluate_base(run.policy, run.tokenizer, run.settings, config, reporter)
         if run.state["base"]:
             reporter.log(_describe("base policy", run.state["base"]))
         if config.selection_tasks:
@@ -728,12 +739,15 @@ def _finish(run: PPORun, iteration: int, train_seconds: float, resumed: Path | N
     selected = iteration
     best = state["best"]
     if best is not None and best["iteration"] != iteration:
-        metrics["last"] = evaluate_policy(run.policy, run.tokenizer, run.settings, config, seed=config.seed)
+        metrics["last"] = evaluate_policy(
+            run.policy, run.tokenizer, run.settings, config, seed=config.seed, reporter=run.reporter,
+            whose="the last iteration's policy",
+        )  # fmt: skip
         _load_trainable(run.policy, checkpoint_dir(config.output_dir) / best["file"])
         selected = best["iteration"]
         run.reporter.log(f"keeping the policy of iteration {selected}, the best on the selection tasks")
     metrics["final"] = evaluate_policy(
-        run.policy, run.tokenizer, run.settings, config, seed=config.seed, per_task=True
+        run.policy, run.tokenizer, run.settings, config, seed=config.seed, per_task=True, reporter=run.reporter
     )
     metrics["selected_iteration"] = selected
     metrics.update(success_gain(metrics))

@@ -170,7 +170,7 @@ def main(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     steps = min(config.max_steps, math.ceil(config.num_epochs * len(examples) / config.batch_size))
     reporter.log(f"{len(examples)} turns from {sum(used.values())} rows ({dict(used)}), {steps} steps")
 
-    base = evaluate_base(loaded.model, tokenizer, settings, config)
+    base = evaluate_base(loaded.model, tokenizer, settings, config, reporter)
     started = time.monotonic()
     trainer = sft_trainer(
         config,
@@ -183,7 +183,7 @@ def main(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     training, resume = train_with_resume(trainer, config, reporter)
     train_seconds = time.monotonic() - started
     model = trained_model(trainer.accelerator, trainer.model)
-    metrics = final_metrics(model, tokenizer, settings, config, base, training)
+    metrics = final_metrics(model, tokenizer, settings, config, base, training, reporter)
     summary = {
         "metrics": metrics,
         "labels_used": sum(used.values()),

@@ -7,6 +7,7 @@
   "use strict";
 
   let focused = null;
+  let advanceFrom = null; // the focused row when a data-advance button was clicked
 
   function rows() {
     return Array.from(document.querySelectorAll("[data-focus-row]"));
@@ -56,6 +57,7 @@
       focused = rows().indexOf(row);
       apply(false);
     }
+    advanceFrom = event.target.closest("[data-advance]") ? focused : null;
     const critique = event.target.closest("[data-critique-step]");
     if (critique) anchorCritique(critique.dataset.critiqueStep);
   });
@@ -70,11 +72,36 @@
     true,
   );
 
+  // The rating is stored by its save button, one revision for a score and a thumb together. The button is on only
+  // while a pick is not yet saved, so Enter on the focused rating saves it, and otherwise goes on to submit & next.
+  function armRating() {
+    const form = document.getElementById("rating");
+    const save = form && form.querySelector(".rating-save");
+    if (save && !form.dataset.armed) {
+      form.dataset.armed = "1";
+      save.disabled = true;
+      form.addEventListener("change", function () {
+        save.disabled = false;
+      });
+    }
+  }
+
+  // A +1 / 0 / -1 on the focused step moves the focus on to the next step once it is stored.
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (advanceFrom !== null && event.detail.successful && focused === advanceFrom) {
+      focused += 1;
+      apply(true);
+    }
+    advanceFrom = null;
+  });
+
   // Swapped-in controls (a label stored, "first error here", the rating) get the focused row's keys again; a new
   // item (after submit or skip) starts at its first unlabelled step.
   document.addEventListener("htmx:load", function (event) {
     if (event.target.id === "workspace") focused = null;
+    armRating();
     apply(false);
   });
+  armRating();
   apply(false);
 })();

@@ -1,7 +1,8 @@
 // Tandem's small client: keyboard shortcuts and honest failure messages. No build step.
 //
 // Keyboard: any element with data-key="x" is clicked when "x" is pressed, unless the annotator is typing in a
-// field (Escape leaves the field first). Shown in the page's key legend, so nothing is hidden.
+// field (Escape leaves the field first); Ctrl+Enter in a text box sends its form. Shown in the page's key legend, so
+// nothing is hidden.
 //
 // Failures: 4xx answers carry the re-rendered form with the error beside its field and are swapped in (see the
 // htmx-config meta tag in base.html). A 5xx answer or a lost connection swaps nothing, so the form keeps what the
@@ -10,7 +11,9 @@
   "use strict";
 
   function typing(target) {
-    return target.closest("input, textarea, select, [contenteditable=true]") !== null;
+    // A radio button or a checkbox takes no text: the keys still work after one is picked.
+    const field = target.closest("input, textarea, select, [contenteditable=true]");
+    return field !== null && !field.matches("[type=radio], [type=checkbox]");
   }
 
   function visible(el) {
@@ -18,6 +21,15 @@
   }
 
   document.addEventListener("keydown", function (event) {
+    // Ctrl+Enter (Cmd+Enter on a Mac) in a text box sends its form, as in a chat or a code review.
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && event.target.matches("textarea")) {
+      const form = event.target.form;
+      if (form) {
+        event.preventDefault();
+        form.requestSubmit();
+      }
+      return;
+    }
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (typing(event.target)) {
       if (event.key === "Escape") event.target.blur();
@@ -31,6 +43,12 @@
     event.preventDefault();
     if (target.matches("input, textarea, select")) target.focus();
     else target.click();
+  });
+
+  // A form with data-confirm="question" is sent only once the question is answered yes (a re-run launches a run).
+  document.addEventListener("submit", function (event) {
+    const question = event.target.dataset.confirm;
+    if (question && !window.confirm(question)) event.preventDefault();
   });
 
   function flash(text) {

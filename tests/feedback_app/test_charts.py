@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from django.utils.safestring import SafeString
 
-from feedback_app.charts import bar_chart, line_chart, nice_ticks
+from feedback_app.charts import CHAR_WIDTH, TEXT_SIZE, _fmt, bar_chart, line_chart, nice_ticks
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -171,3 +171,51 @@ def test_ticks_of_a_narrow_range_far_from_zero_get_enough_digits_to_differ():
     svg = str(line_chart({"entropy": [(1, 3.36051), (2, 3.36112), (3, 3.36148)]}))
     labels = [text.text for text in ET.fromstring(svg).iter(f"{SVG}text") if text.get("class") == "y-tick"]
     assert len(labels) >= 3 and len(set(labels)) == len(labels)
+
+
+def text_box(text: ET.Element) -> tuple[float, float, float, float]:
+    """A tick label's rough box (left, top, right, bottom) from its anchor and its length."""
+    x, y, width = float(text.get("x")), float(text.get("y")), len(text.text) * CHAR_WIDTH
+    left = {"end": x - width, "middle": x - width / 2}.get(text.get("text-anchor"), x)
+    return left, y - TEXT_SIZE, left + width, y
+
+
+@pytest.mark.parametrize(
+    "points",
+    [
+        [(0, 1.2e10), (1, 3.4e10), (2, 5.6e10)],  # total_flos of a small run
+        [(0, 123456.7), (1, 234567.8)],
+        [(10_000_000, 0.5), (12_500_000, 0.25)],  # large steps on the x axis
+        [(0, 2e17), (1, 3e17)],
+    ],
+)
+def test_tick_labels_are_short_and_inside_the_chart(points):
+    root = parse(line_chart({"total_flos": points, "another series": points}, title="t"))
+    width = float(root.get("viewBox").split()[2])
+    ticks = [t for t in root.iter(f"{SVG}text") if t.get("class") in ("y-tick", "x-tick")]
+    assert ticks and all("+" not in t.text and len(t.text) <= 8 for t in ticks)
+    assert all(0 <= text_box(t)[0] and text_box(t)[2] <= width for t in ticks)
+    # The legend's last row ends above the top tick label.
+    legend_bottom = max(float(t.get("y")) for g in root.iter(f"{SVG}g") for t in g.iter(f"{SVG}text"))
+    top_tick = min(text_box(t)[1] for t in ticks if t.get("class") == "y-tick")
+    assert legend_bottom <= top_tick
+
+
+def test_large_numbers_are_shortened_with_a_suffix_and_huge_ones_with_a_power_of_ten():
+    assert [_fmt(v) for v in (999, 12_500, 3_100_000, 1.2e10, 4e12, 2.5e15, -2e16)] == [
+        "999",
+        "12.5k",
+        "3.1M",
+        "12G",
+        "4T",
+        "2.5e15",
+        "-2e16",
+    ]
+
+
+def test_long_category_labels_are_cut_and_stay_inside_the_chart():
+    names = ["a-policy-version-with-a-very-long-name-indeed", "short"]
+    root = parse(bar_chart(names, {"n": [3, 4]}, width=320))
+    labels = [t for t in root.iter(f"{SVG}text") if t.get("class") == "x-tick"]
+    assert labels[0].text.endswith("…") and len(labels[0].text) <= 24
+    assert all(0 <= text_box(t)[0] and text_box(t)[2] <= 320 for t in labels)

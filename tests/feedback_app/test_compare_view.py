@@ -125,7 +125,9 @@ def test_it_renders_the_grid_map_and_step_images(client, annotator, project, mak
     queue.enqueue_comparisons(project, [(with_map, make_trajectory(2))])
     client.force_login(annotator)
     _, body = shown(client, project)
-    assert '<table class="gridmap" aria-label="map at step 1"><tr><td class="cell cell-wall"></td>' in body
+    # A wall is a colour on screen, and the word "wall" to a screen reader.
+    wall = '<td class="cell cell-wall"><span class="sr-only">wall</span></td>'
+    assert f'<table class="gridmap" aria-label="map at step 1"><tr>{wall}' in body
     assert '<td class="cell cell-agent">A</td></tr><tr><td class="cell cell-goal">G</td>' in body
     assert '<td class="cell cell-other">&lt;</td>' in body  # cell text is escaped
     assert '<img src="https://example.org/shot.png" alt="screen"' in body
@@ -295,6 +297,27 @@ def test_without_htmx_a_submit_redirects_to_the_next_item(client, annotator, pro
     response = client.post(submit_url(project, assignment), data)
     assert response.status_code == 303 and response["Location"] == compare_url(project)
     assert Comparison.objects.count() == 1
+
+
+@pytest.mark.parametrize(("choice", "strength"), [("tie", "3"), ("both_bad", ""), ("tie", None)])
+def test_a_tie_or_both_bad_is_stored_without_a_strength(client, annotator, project, pair, choice, strength):
+    client.force_login(annotator)
+    assignment, body = shown(client, project)
+    data = {"choice": choice, "client_token": token_in(body)}
+    if strength is not None:
+        data["strength"] = strength
+    response = client.post(submit_url(project, assignment), data)
+    assert response.status_code == 303
+    assert Comparison.objects.get().strength is None
+
+
+def test_a_preference_without_a_strength_gets_400_beside_the_field(client, annotator, project, pair):
+    client.force_login(annotator)
+    assignment, body = shown(client, project)
+    response = client.post(submit_url(project, assignment), {"choice": "left", "client_token": token_in(body)})
+    assert response.status_code == 400
+    assert 'id="strength-error">Strength is 1 (slight), 2 (clear) or 3 (decisive).' in response.content.decode()
+    assert not Comparison.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -537,3 +560,29 @@ def test_rendered_steps_are_reused_and_kept_within_their_budget(
         compare._rendered_steps(trajectory, False)
     assert [key[0] for key in compare._STEP_CACHE] == [t.pk for t in trajectories[2:]]
     assert compare._step_cache_characters == sum(size for _, size in compare._STEP_CACHE.values())
+
+
+def test_a_stale_second_tab_is_told_of_the_stored_answer_and_replaces_it_only_when_confirmed(
+    client, annotator, project, pair
+):
+    client.force_login(annotator)
+    assignment, first_tab = shown(client, project)
+    again, second_tab = shown(client, project)  # a reload resumes the same item, with its own form token
+    assert again == assignment and token_in(first_tab) != token_in(second_tab)
+    assert post_label(client, project, assignment, first_tab, choice="left", strength="3").status_code == 200
+    stored = Comparison.objects.get()
+
+    # The first tab's own submit repeated is the same answer, not a replacement.
+    assert post_label(client, project, assignment, first_tab, choice="left", strength="3").status_code == 200
+    stale = post_label(client, project, assignment, second_tab, choice="right")
+    assert stale.status_code == 409
+    body = stale.content.decode()
+    assert "You already answered this pair, in another tab or an earlier visit: left is better (decisive)." in body
+    assert f'name="replaces" value="{stored.pk}"' in body and 'value="right" checked' in body
+    assert list(Comparison.objects.values_list("pk", "is_current")) == [(stored.pk, True)]
+
+    confirmed = post_label(client, project, assignment, body, choice="right", replaces=str(stored.pk))
+    assert confirmed.status_code == 200
+    current = Comparison.objects.get(is_current=True)
+    assert (current.revision, current.supersedes_id) == (2, stored.pk)
+    assert labelling.shown_choice(current.choice, current.displayed_order) == "right"

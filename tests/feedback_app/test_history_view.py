@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from feedback_app import labelling, queue
-from feedback_app.models import Comparison, Critique, Rating, StepLabel
+from feedback_app.models import Comparison, Critique, Membership, Project, Rating, StepLabel
 from tests.trajectories import correction
 
 pytestmark = pytest.mark.django_db
@@ -259,6 +259,43 @@ def test_an_edit_without_the_csrf_token_is_refused(annotator, project, my_labels
     assert StepLabel.objects.count() == 1
 
 
+def test_a_trajectory_s_step_labels_share_one_row_that_links_each_label(
+    client, annotator, project, trajectory, make_trajectory
+):
+    first = [labelling.label_step(annotator, trajectory, index, value).label for index, value in enumerate([1, 1, -1])]
+    revised = labelling.edit_label(annotator, first[1], value=0)
+    other = labelling.label_step(annotator, make_trajectory(2), 0, 1).label
+    client.force_login(annotator)
+    body = client.get(history_url(project)).content.decode()
+    assert row_ids(body) == [f"step_label-{other.pk}", f"step_label-{revised.pk}"]
+    row = body[body.index(f'id="label-step_label-{revised.pk}"') :]
+    row = row[: row.index("</li>")]
+    assert "3 steps: +1 ×1, 0 ×1, −1 ×1" in row
+    for label in (first[0], revised, first[2]):
+        assert label_url(project, "step_label", label) in row
+    assert reverse("trajectory-steps", args=[project.pk, trajectory.pk]) in row
+
+
+def test_the_list_keeps_one_kind_and_moves_to_another_project(client, annotator, project, gridworld_spec, my_labels):
+    step_label, critique, rating, comparison = my_labels
+    other_project = Project.objects.create(name="Another project", environment=gridworld_spec)
+    Membership.objects.create(user=annotator, project=other_project, role="annotator")
+    client.force_login(annotator)
+    body = client.get(history_url(project) + "?kind=critique").content.decode()
+    assert row_ids(body) == [f"critique-{critique.pk}"]
+    assert '<option value="critique" selected>' in body
+    assert row_ids(client.get(history_url(project) + "?kind=nonsense").content.decode())  # every kind
+    moved = client.get(history_url(project) + f"?kind=rating&project={other_project.pk}")
+    assert moved.status_code == 302 and moved["Location"] == history_url(other_project) + "?kind=rating"
+    assert "You have no labels of this kind in this project yet." in client.get(moved["Location"]).content.decode()
+
+
+def test_another_project_of_which_the_user_is_no_member_is_404(client, annotator, project, gridworld_spec):
+    elsewhere = Project.objects.create(name="Not theirs", environment=gridworld_spec)
+    client.force_login(annotator)
+    assert client.get(history_url(project) + f"?project={elsewhere.pk}").status_code == 404
+
+
 def test_it_paginates_newest_first(client, annotator, project, make_trajectory):
     trajectories = [make_trajectory(1) for _ in range(30)]
     labels = [labelling.rate(annotator, t, score=3).label for t in trajectories]
@@ -282,7 +319,8 @@ def test_the_history_takes_the_same_number_of_queries_however_many_labels(
         labelling.add_critique(annotator, long, text=f"step {index}", step_index=index)
     with django_assert_max_num_queries(len(few.captured_queries)):
         body = client.get(history_url(project)).content.decode()
-    assert len(row_ids(body)) == 25
+    # 12 critiques, the long trajectory's 12 step labels in one row, and the four labels of my_labels.
+    assert len(row_ids(body)) == 17
     # The edit fragment reads the whole revision chain at once (step 1 was labelled above: this is revision 2).
     label = labelling.label_step(annotator, long, 0, 0).label
     for value in (1, -1, 0, 1):

@@ -126,6 +126,15 @@ def test_a_submit_through_a_copy_read_before_the_first_submit_counts_once(
     assert Assignment.objects.get(pk=stale_copy.pk).status == AssignmentStatus.DONE
 
 
+def test_a_tie_keeps_no_strength_and_a_revision_to_a_preference_gets_one(annotator, comparison_assignment):
+    tie = labelling.submit_comparison(annotator, comparison_assignment, choice="tie", strength=3).label
+    assert Comparison.objects.get(pk=tie.pk).strength is None
+    preferred = tie.revise(choice="a")
+    assert (preferred.choice, preferred.strength) == ("a", 2)  # a preference without a strength is clear
+    both_bad = preferred.revise(choice="both_bad", strength=3)
+    assert Comparison.objects.get(pk=both_bad.pk).strength is None
+
+
 def test_an_out_of_range_strength_is_refused_and_nothing_is_stored(annotator, comparison_assignment):
     with pytest.raises(ValidationError) as error:
         labelling.submit_comparison(annotator, comparison_assignment, choice="a", strength=7)

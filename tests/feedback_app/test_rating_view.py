@@ -36,15 +36,16 @@ def current(user, trajectory):
     return Rating.objects.get(annotator=user, trajectory=trajectory, is_current=True)
 
 
-def test_a_score_click_stores_the_rating_and_answers_with_the_rating_control(
+def test_a_saved_score_and_thumb_are_one_revision_and_the_answer_is_the_rating_control(
     annotator_client, annotator, project, trajectory
 ):
-    response = rate(annotator_client, project, trajectory, score="4")
+    response = rate(annotator_client, project, trajectory, score="4", thumb="up")
     assert response.status_code == 200
     body = response.content.decode()
     assert body.lstrip().startswith('<form id="rating"')
-    assert re.search(r'value="4" aria-pressed="true"', body)
-    assert (current(annotator, trajectory).score, current(annotator, trajectory).thumb_up) == (4, None)
+    assert re.search(r'name="score" value="4" checked', body) and re.search(r'name="thumb" value="up" checked', body)
+    rating = Rating.objects.get(annotator=annotator, trajectory=trajectory)
+    assert (rating.score, rating.thumb_up, rating.revision) == (4, True, 1)
 
 
 def test_a_thumb_keeps_the_score_and_a_new_score_keeps_the_thumb(annotator_client, annotator, project, trajectory):
@@ -86,7 +87,7 @@ def test_an_annotator_never_sees_another_annotators_rating(client, annotator, ot
     page = client.get(reverse("trajectory-steps", args=[project.pk, trajectory.pk])).content.decode()
     rating_form = page[page.index('<form id="rating"') :]
     rating_form = rating_form[: rating_form.index("</form>")]
-    assert 'aria-pressed="true"' not in rating_form
+    assert " checked" not in rating_form and "saved" not in rating_form
 
 
 def test_a_researcher_may_rate_and_an_outsider_gets_404(client, researcher, outsider, project, trajectory):

@@ -33,9 +33,11 @@ def test_a_text_step_shows_its_fields_escaped_and_exactly_as_stored():
 
 
 def test_a_grid_step_shows_its_map_instead_of_the_observation_text():
-    step = Step(pk=1, index=0, observation="A G", action="right", render={"kind": "grid", "rows": [["A", "<"]]})
+    rows = [["A", "<"], ["#", "."]]
+    step = Step(pk=1, index=0, observation="A G", action="right", render={"kind": "grid", "rows": rows})
     html = step_card(step)
     assert '<table class="gridmap" aria-label="map at step 1">' in html
+    assert '<td class="cell cell-wall"><span class="sr-only">wall</span></td><td class="cell cell-floor"></td>' in html
     assert '<td class="cell cell-other">&lt;</td>' in html
     assert 'data-span-field="observation"' not in html
 

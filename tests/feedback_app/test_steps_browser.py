@@ -1,5 +1,6 @@
 """The step-label page in real Chromium: keyboard labelling with "first error here", a span critique made by
-selecting text in a step's reasoning, a rating by keys, then submit & next."""
+selecting text in a step's reasoning and sent by Ctrl+Enter, a rating by keys stored as one revision, then submit &
+next."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_first_error_by_keyboard_and_a_span_critique_by_selecting_text(
     assert page.text_content("#critique-span-text") == "move down"
     page.fill("#critique-text", "The goal is up; moving down walks away from it.")
     page.check("input[name=tags][value='wrong direction']")
-    page.click("#critique-form button[type=submit]")
+    page.focus("#critique-text")
+    page.keyboard.press("Control+Enter")  # sent from the text box by keyboard
     page.wait_for_selector(".critique-list li")
 
     critique = Critique.objects.get(annotator=annotator)
@@ -71,17 +73,21 @@ def test_first_error_by_keyboard_and_a_span_critique_by_selecting_text(
     assert wrong.reasoning[critique.span_start : critique.span_end] == "move down"
     assert critique.tags == ["wrong direction"]
 
-    # Past the last step the focus reaches the rating, where 4 and u rate the trajectory.
+    # Past the last step the focus reaches the rating, where 4, u and Enter rate the trajectory: one revision.
     page.keyboard.press("Escape")
     for _ in range(len(steps) - FIRST_WRONG_INDEX):
         page.keyboard.press("j")
     page.wait_for_selector("#rating.focused")
     page.keyboard.press("4")
-    page.wait_for_selector("#rating button[value='4'][aria-pressed=true]")
     page.keyboard.press("u")
-    page.wait_for_selector("#rating button[value='up'][aria-pressed=true]")
-    rating = Rating.objects.get(annotator=annotator, is_current=True)
-    assert (rating.score, rating.thumb_up) == (4, True)
+    assert page.is_checked("#rating input[name=score][value='4']")
+    assert page.is_checked("#rating input[name=thumb][value=up]")
+    assert not Rating.objects.filter(annotator=annotator).exists()  # picked, not yet saved
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#rating .rating-saved")
+    rating = Rating.objects.get(annotator=annotator)
+    assert (rating.score, rating.thumb_up, rating.revision) == (4, True, 1)
+    assert page.is_disabled("#rating .rating-save")  # saved: Enter goes on to submit & next
 
     for _ in range(len(steps) - FIRST_WRONG_INDEX):
         page.keyboard.press("k")
@@ -103,6 +109,9 @@ def test_submitting_too_early_marks_the_unlabelled_steps(browser_page_for, annot
     page.wait_for_selector(f"#step-{steps[0].pk}-row.focused")
     page.keyboard.press("+")
     page.wait_for_selector(f"#step-{steps[0].pk}-label .label-good[aria-pressed=true]")
+    page.wait_for_selector(f"#step-{steps[1].pk}-row.focused")  # a label moves the focus on
+    page.keyboard.press("k")
+    page.wait_for_selector(f"#step-{steps[0].pk}-row.focused")
     page.keyboard.press("Enter")
     page.wait_for_selector(f"#step-{steps[1].pk}-label.needs-label")
     assert page.is_visible("text=Label steps 2, 3 first")

@@ -105,8 +105,11 @@ def test_a_researcher_launches_watches_and_cancels_runs_from_the_dashboard(
     page.wait_for_function(moved, arg=first, timeout=60_000)
     assert "ETA" in page.inner_text("#run .run-progress")
     page.screenshot(path=str(docs_dir / "run.png"), full_page=True)
+    asked = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
     page.click("#run .run-actions button:has-text('Cancel')")
     page.wait_for_selector("#run .status-cancelled", timeout=60_000)
+    assert asked and asked[0].startswith(f"Cancel run {ppo.pk}?")  # asked first
     ppo.refresh_from_db()
     assert ppo.status == RunStatus.CANCELLED and 0 < ppo.progress_current < 400
     assert page.is_visible("#run .run-actions button:has-text('Re-run')")

@@ -428,7 +428,11 @@ def test_a_run_page_shows_progress_eta_curves_config_figures_samples_and_the_log
         progress_total=8,
         config={"max_steps": 8},
         inputs={"judges": {}},
-        metrics=[{"step": 2, "loss": 2.5, "kl": 0.1}, {"step": 4, "loss": 1.25, "learning_rate": 0.0001}],
+        metrics=[
+            {"step": 2, "loss": 2.5, "kl": 0.1},
+            {"step": 4, "loss": 1.25, "kl": 0.2, "learning_rate": 0.0001},
+            {"step": 4, "total_flos": 1.2e10},
+        ],
         summary={
             "metrics": {"eval_loss": 1.5, "base_eval_loss": 3.0},
             "samples": [{"prompt": "User: . A | G .", "generated": "the agent walks away", "reference": "wrong way"}],
@@ -439,7 +443,10 @@ def test_a_run_page_shows_progress_eta_curves_config_figures_samples_and_the_log
     body = client.get(url(project, "training-run", run.pk)).content.decode()
     assert "25 %" in body and "2/8" in body and "ETA 3 min 0" in body and "elapsed" in body
     charts = re.findall(r'<figure class="metric-chart" data-metric="([^"]+)"><svg', body)
-    assert charts == ["loss", "kl", "learning_rate"]  # one per metric, loss first
+    assert charts == ["loss", "kl"]  # one per metric, loss first
+    # A metric reported once is no curve: it is in the table of last values.
+    latest = body.split('class="grid-table latest-metrics"')[1].split("</table>")[0]
+    assert "<td>learning_rate</td>" in latest and "<td>total_flos</td>" in latest
     loss_chart = body.split('data-metric="loss"')[1].split("</figure>")[0]
     assert loss_chart.count("<circle") == 2 and "<polyline" in loss_chart
     assert "eval_loss" in body and "1.5000" in body
@@ -455,6 +462,52 @@ def test_a_run_page_shows_progress_eta_curves_config_figures_samples_and_the_log
     run.save()
     body = client.get(url(project, "training-run", run.pk)).content.decode()
     assert 'hx-trigger="every 3s"' not in body and "ETA" not in body and "Re-run" in body
+
+
+def test_a_run_page_shows_the_phase_the_run_is_in_and_where_a_stopped_run_stopped(client, project, researcher):
+    run = TrainingRun.objects.create(
+        project=project,
+        kind="dpo",
+        status=RunStatus.RUNNING,
+        started_at=timezone.now() - timedelta(seconds=120),
+        phase_started_at=timezone.now() - timedelta(seconds=37),
+        progress_phase="evaluating the base policy: greedy",
+        progress_current=37,
+        progress_total=200,
+    )
+    client.force_login(researcher)
+    shown = client.get(url(project, "training-run", run.pk)).content.decode()
+    progress = unescape(re.sub(r"<[^>]+>", "", shown.split('class="run-phase"')[1].split("</span>\n")[0]))
+    # The ETA is the phase's own pace: 37 episodes in 37 s, 163 to go.
+    assert "evaluating the base policy: greedy · 37/200 episodes (18 %) · ETA 2 min 43 s for this phase" in progress
+    assert "2 min 00 s elapsed" in progress
+
+    run.status, run.finished_at, run.cancel_requested = RunStatus.CANCELLED, timezone.now(), True
+    run.progress_phase, run.progress_current, run.progress_total = "evaluating the trained policy: sampled", 12, 200
+    run.save()
+    shown = client.get(url(project, "training-run", run.pk)).content.decode()
+    progress = re.sub(r"<[^>]+>", "", shown.split('class="run-phase"')[1].split("</span>\n")[0])
+    assert "stopped while evaluating the trained policy: sampled, at 12/200 episodes" in progress
+    assert "%" not in progress and "ETA" not in progress
+
+    run.progress_phase, run.progress_current, run.progress_total = "", 5, 12
+    run.save()
+    table = client.get(url(project)).content.decode().split(f'id="run-{run.pk}"')[1].split("</tr>")[0]
+    assert "training</span> 5/12" in table
+
+
+def test_cancel_and_re_run_ask_for_a_confirmation_first(client, project, researcher, tiny_policy):
+    queued = TrainingRun.objects.create(project=project, kind="dpo", base_policy=tiny_policy)
+    done = TrainingRun.objects.create(project=project, kind="sft", base_policy=tiny_policy, status=RunStatus.SUCCEEDED)
+    client.force_login(researcher)
+    page = client.get(url(project)).content.decode()
+    assert f'hx-confirm="Cancel run {queued.pk}?"' in page.split(f'id="run-{queued.pk}"')[1].split("</tr>")[0]
+    assert 'data-confirm="Launch a new SFT run like run' in page.split(f'id="run-{done.pk}"')[1].split("</tr>")[0]
+    assert 'hx-confirm="Cancel run' in client.get(url(project, "training-run", queued.pk)).content.decode()
+    assert (
+        'data-confirm="Launch a new SFT run with run'
+        in client.get(url(project, "training-run", done.pk)).content.decode()
+    )
 
 
 def test_polling_a_run_costs_the_same_queries_however_long_its_series(

@@ -36,6 +36,7 @@ from reward_models.policy.turns import TurnEncoding, encode_conversation, encode
 from reward_models.rollout import Episode, Step, rollout
 from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
+from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -169,6 +170,28 @@ def test_evaluate_policy_reports_greedy_and_sampled_success_on_held_out_tasks(po
         assert sum(result[f"{mode}_per_task"]) / 6 == pytest.approx(result[f"{mode}_success"])
     assert "greedy_per_task" not in evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, config, seed=1)
     assert loaded.tokenizer.padding_side == "right"  # restored after generation padded on the left
+
+
+def test_an_evaluation_reports_its_episodes_in_its_own_phase_and_a_cancel_stops_it(policy_dir, tmp_path):
+    config = PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_tasks=6, eval_samples=2)
+    loaded = load_policy_model(policy_dir)
+    reporter = RecordingReporter()
+    evaluate_policy(
+        loaded.model, loaded.tokenizer, loaded.settings, config, reporter=reporter, whose="the base policy"
+    )
+    greedy = [(done, total) for phase, done, total in reporter.phases if phase == "evaluating the base policy: greedy"]
+    sampled = [
+        (done, total) for phase, done, total in reporter.phases if phase == "evaluating the base policy: sampled"
+    ]
+    assert greedy[-1] == (6, 6) and sampled[-1] == (12, 12)
+    assert len(greedy) > 1 and [done for done, _ in greedy] == sorted(done for done, _ in greedy)
+    assert len(reporter.phases) == len(greedy) + len(sampled) and reporter.steps == []  # no training progress
+
+    # A run cancelled mid-evaluation stops at the next turn, not after the whole evaluation.
+    cancelling = RecordingReporter(raise_in="evaluating the trained policy: greedy")
+    with pytest.raises(RunCancelled):
+        evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, config, reporter=cancelling)
+    assert len(cancelling.phases) == 1 and cancelling.phases[0][1] < 6
 
 
 def test_several_sampled_episodes_per_held_out_task_give_fractional_task_rates(policy_dir, tmp_path, monkeypatch):

@@ -183,7 +183,8 @@ def changed_weights(policy_dir: Path, output_dir: str) -> bool:
 
 def test_nash_md_trains_the_policy_with_finite_metrics_every_iteration(nash_run, policy_dir, preference_model_dir):
     config, summary, reporter = nash_run
-    assert [current for current, _ in reporter.steps] == [1, 2, 3, 4]
+    # 0 while the first iteration rolls out (its rollouts report after every turn), then one per iteration.
+    assert [current for current, _ in reporter.steps] == [0, 1, 2, 3, 4]
     assert len(reporter.metrics) == 4
     for values in reporter.metrics:
         for name in ("loss", "kl", "preference", "train_success", "opponent_success", "completion_tokens"):
@@ -208,7 +209,7 @@ def test_spo_trains_on_k_sample_win_rates(policy_dir, preference_model_dir, tmp_
         policy_dir, preference_model_dir, tmp_path / "spo", method="spo", samples_per_task=3, max_steps=3
     )
     summary = main(config, reporter)
-    assert [current for current, _ in reporter.steps] == [1, 2, 3]
+    assert [current for current, _ in reporter.steps] == [0, 1, 2, 3]
     for values in reporter.metrics:
         assert all(math.isfinite(value) for value in values.values())
         assert 0.0 <= values["win_rate_spread"] <= 0.5
@@ -226,7 +227,7 @@ def test_a_cancelled_run_resumes_from_its_last_checkpoint_and_a_finished_one_ret
     reporter = RecordingReporter()
     summary = main(config, reporter)
     assert summary["resumed_from"].endswith("step-2")
-    assert [current for current, _ in reporter.steps] == [3]
+    assert [current for current, _ in reporter.steps] == [2, 3]  # only the third iteration ran again
     assert [entry["step"] for entry in summary["history"]] == [1, 2, 3]
     again = RecordingReporter()
     assert main(config, again) == json.loads(json.dumps(summary))

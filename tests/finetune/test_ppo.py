@@ -368,9 +368,29 @@ def test_the_oracle_reward_trains_without_judges_and_without_selection(tiny_poli
     reporter = RecordingReporter()
     summary = main(make_config(tiny_policy_dir, tmp_path / "run", max_steps=2, selection_tasks=0), reporter)
     assert summary["metrics"]["selected_iteration"] == 2 and "last" not in summary["metrics"]
+    # Evaluations and rollouts report their episodes in their own phases, between the iterations' own progress.
+    phases = list(dict.fromkeys(phase for phase, _, _ in reporter.phases))
+    assert phases == [
+        "evaluating the base policy: greedy",
+        "evaluating the base policy: sampled",
+        "evaluating the trained policy: greedy",
+        "evaluating the trained policy: sampled",
+    ]
+    # The rollouts report training's progress after every turn (the iterations finished so far), which the updates
+    # then carry on: the bar counts iterations, and a cancel is seen at every turn.
+    assert reporter.steps == [(0, 2), (1, 2), (2, 2)] and reporter.calls > 10
     # The environment's reward as it is: nothing judged, no format charge.
     assert "reward_model_score" not in reporter.metrics[0] and "invalid_share" not in reporter.metrics[0]
     assert all(math.isfinite(v) for v in reporter.series("value_loss"))
+
+
+def test_a_cancel_stops_the_rollouts_of_an_iteration(tiny_policy_dir, tmp_path):
+    # The first progress call with nothing finished is a rollout's first turn: the cancel raised there stops it.
+    reporter = RecordingReporter(raise_at=0)
+    config = make_config(tiny_policy_dir, tmp_path / "run", max_steps=2, selection_tasks=0, eval_tasks=0)
+    with pytest.raises(RunCancelled):
+        main(config, reporter)
+    assert reporter.steps == [(0, 2)] and reporter.phases == [] and reporter.metrics == []
 
 
 @pytest.mark.parametrize(

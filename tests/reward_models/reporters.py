@@ -9,16 +9,28 @@ class RunCancelled(Exception):
 
 
 class RecordingReporter:
-    """Keeps every progress call, metric and log line; raises `error` once progress reaches `raise_at`."""
+    """Keeps what a pipeline reports: training's progress in `steps` (a repeat of the last one, as an online
+    trainer's rollouts send after every turn, is counted in `calls` only), the other phases' progress in `phases`,
+    metrics and log lines. Raises `error` once training's progress reaches `raise_at`, or at the first progress of
+    a phase that starts with `raise_in`."""
 
-    def __init__(self, raise_at: int | None = None, error: Exception | None = None) -> None:
+    def __init__(self, raise_at: int | None = None, error: Exception | None = None, raise_in: str = "") -> None:
         self.steps: list[tuple[int, int]] = []
+        self.calls = 0
+        self.phases: list[tuple[str, int, int]] = []
         self.metrics: list[dict[str, float]] = []
         self.lines: list[str] = []
-        self.raise_at, self.error = raise_at, error or RunCancelled()
+        self.raise_at, self.raise_in, self.error = raise_at, raise_in, error or RunCancelled()
 
-    def progress(self, current: int, total: int) -> None:
-        self.steps.append((current, total))
+    def progress(self, current: int, total: int, phase: str = "") -> None:
+        if phase:
+            self.phases.append((phase, current, total))
+            if self.raise_in and phase.startswith(self.raise_in):
+                raise self.error
+            return
+        self.calls += 1
+        if not self.steps or self.steps[-1] != (current, total):
+            self.steps.append((current, total))
         if self.raise_at is not None and current >= self.raise_at:
             raise self.error
 

@@ -128,9 +128,9 @@ class _CrashingRecorder(RunRecorder):
         super().__init__(run_id, check_interval=0.0)
         self.at_step = at_step
 
-    def progress(self, current: int, total: int, *, force: bool = False) -> None:
-        super().progress(current, total, force=force)
-        if current >= self.at_step:
+    def progress(self, current: int, total: int, phase: str = "", *, force: bool = False) -> None:
+        super().progress(current, total, phase, force=force)
+        if current >= self.at_step and not phase:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from feedback_app.models import RunStatus, TrainingRun
-from training.runs import RunCancelled, execute_run, request_cancel
+from training.runs import RunCancelled, RunRecorder, execute_run, request_cancel
 
 pytestmark = pytest.mark.django_db
 
@@ -27,6 +27,42 @@ def test_a_successful_body_records_summary_progress_metrics_and_log(run):
     assert (run.progress_current, run.progress_total) == (4, 4)
     assert [point["loss"] for point in run.metrics] == [1.0, 0.5, 1 / 3, 0.25]
     assert "all good" in run.log
+
+
+def test_progress_in_a_phase_is_written_with_the_phase_and_when_it_began(run):
+    seen = {}
+
+    def body(run, recorder):
+        recorder.progress(37, 200, "evaluating the base policy: greedy")
+        seen["evaluating"] = TrainingRun.objects.get(pk=run.pk)
+        recorder.progress(38, 200, "evaluating the base policy: greedy")  # the same phase: throttled, not rewritten
+        seen["same"] = TrainingRun.objects.get(pk=run.pk)
+        recorder.progress(1, 12)
+        seen["training"] = TrainingRun.objects.get(pk=run.pk)
+        return {}
+
+    assert execute_run(run.pk, body) == RunStatus.SUCCEEDED
+    evaluating, same, training = seen["evaluating"], seen["same"], seen["training"]
+    assert (evaluating.progress_phase, evaluating.progress_current, evaluating.progress_total) == (
+        "evaluating the base policy: greedy",
+        37,
+        200,
+    )
+    assert same.progress_current == 37 and same.phase_started_at == evaluating.phase_started_at
+    assert (training.progress_phase, training.progress_current, training.progress_total) == ("", 1, 12)
+    assert training.phase_started_at > evaluating.phase_started_at
+
+
+def test_a_cancel_is_seen_within_a_phase_as_within_training(run):
+    def body(run, recorder):
+        recorder.progress(1, 200, "rolling out iteration 1 of 4")
+        request_cancel(TrainingRun.objects.get(pk=run.pk))
+        recorder.progress(2, 200, "rolling out iteration 1 of 4")
+        raise AssertionError("the cancel was not seen")
+
+    assert execute_run(run.pk, body, lambda pk: RunRecorder(pk, check_interval=0.0)) == RunStatus.CANCELLED
+    run.refresh_from_db()
+    assert run.progress_phase == "rolling out iteration 1 of 4" and run.progress_current == 1
 
 
 def test_a_crash_fails_the_run_and_keeps_the_traceback(run):
