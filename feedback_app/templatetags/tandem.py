@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import markdown as markdown_lib
 import nh3
 from django import template
 from django.utils.formats import localize
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
+
+from reward_models.conversation import message_tool_calls
 
 register = template.Library()
 
@@ -76,11 +81,72 @@ def step_card(step, show_outcomes: bool = False) -> SafeString:
         '<p class="action"><span class="muted">action</span> <code class="field-text" '
         f'data-span-field="action">{escape(step.action)}</code></p>'
     )
-    for call in step.tool_calls if isinstance(step.tool_calls, list) else []:
-        if isinstance(call, dict):
-            text = f"{call.get('name', '')}({call.get('arguments', '')})"
-            parts.append(f'<p class="tool-call"><span class="muted">tool</span> <code>{escape(text)}</code></p>')
+    parts.extend(_tool_calls_html(step))
     return mark_safe(parts[0] + "\n  " + "\n  ".join(parts[1:]) + "\n</article>")
+
+
+def _tool_calls_html(step) -> list[str]:
+    """Each tool call of the step's assistant message (verbatim; `tool_calls` for a step stored without one) as its
+    name and readable arguments, the raw JSON one click away, and beside it the tool message that answered it (by
+    `tool_call_id`, else in order)."""
+    message = step.message if isinstance(step.message, dict) else {}
+    calls = message_tool_calls(message) if message else []
+    if not calls and isinstance(step.tool_calls, list):
+        calls = [call for call in step.tool_calls if isinstance(call, dict)]
+    replies = [r for r in (step.replies if isinstance(step.replies, list) else []) if isinstance(r, dict)]
+    results = [reply for reply in replies if reply.get("role") == "tool"]
+    by_id = {reply["tool_call_id"]: reply for reply in results if isinstance(reply.get("tool_call_id"), str)}
+    unmatched = [reply for reply in results if reply.get("tool_call_id") not in by_id or not reply.get("tool_call_id")]
+    html = []
+    for position, call in enumerate(calls):
+        function = call.get("function", call) if isinstance(call.get("function", call), dict) else {}
+        name, arguments = str(function.get("name", "")), function.get("arguments", "")
+        parsed = _parsed_arguments(arguments)
+        if isinstance(parsed, dict) and parsed:
+            readable = "".join(
+                f"<dt>{escape(key)}</dt><dd>{escape(_argument_text(value))}</dd>" for key, value in parsed.items()
+            )
+            readable = f'<dl class="tool-arguments">{readable}</dl>'
+        elif parsed == {}:
+            readable = '<p class="muted tool-arguments">no arguments</p>'
+        else:
+            readable = (
+                '<p class="field-error tool-arguments">arguments that are not a JSON object: '
+                f"<code>{escape(str(arguments))}</code></p>"
+            )
+        raw = json.dumps(call, ensure_ascii=False, indent=2)
+        reply = by_id.get(call.get("id")) if isinstance(call.get("id"), str) else None
+        if reply is None and unmatched:
+            reply = unmatched.pop(0)
+        if reply is not None:
+            content = reply.get("content")
+            text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+            result = f'<div class="tool-result"><span class="role">result</span><pre>{escape(text)}</pre></div>'
+        else:
+            result = '<div class="tool-result muted">no result</div>'
+        html.append(
+            f'<div class="tool-exchange" data-tool-call="{position}"><div class="tool-call">'
+            f'<span class="role">tool call</span> <code>{escape(name)}</code>{readable}'
+            f"<details><summary>raw JSON</summary><pre>{escape(raw)}</pre></details></div>{result}</div>"
+        )
+    return html
+
+
+def _parsed_arguments(arguments: Any) -> Any:
+    """A call's arguments as a value: OpenAI sends them as a JSON string, other formats as an object. None when
+    the string is not JSON."""
+    if not isinstance(arguments, str):
+        return arguments
+    if not arguments.strip():
+        return {}
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return None
+
+
+def _argument_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 # Guidelines are written by researchers but read by everyone, so the HTML that markdown makes is cleaned: no

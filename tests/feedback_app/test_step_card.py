@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from html import unescape
 
@@ -65,7 +66,52 @@ def test_images_and_tool_calls_are_shown_escaped_and_other_media_left_out():
     assert '<img src="https://example.org/a.png?x=1&amp;y=2" alt="a &quot;quoted&quot; caption" class="media">' in html
     assert '<img src="b.png" alt="step media" class="media">' in html
     assert "c.mp3" not in html
-    assert "<code>search({&#x27;q&#x27;: &#x27;&lt;script&gt;&#x27;})</code>" in html
+    assert "<code>search</code>" in html
+    assert '<dl class="tool-arguments"><dt>q</dt><dd>&lt;script&gt;</dd></dl>' in html
+
+
+def test_a_chat_turn_shows_each_tool_call_readably_with_its_raw_json_and_the_result_beside_it():
+    calls = [
+        {
+            "id": "call_b",
+            "type": "function",
+            "function": {"name": "add_to_cart", "arguments": '{"sku": "A-7", "qty": 2}'},
+        },
+        {"id": "call_a", "type": "function", "function": {"name": "lookup", "arguments": '{"name": "<tea>"}'}},
+        {"id": "call_c", "type": "function", "function": {"name": "checkout", "arguments": "not json"}},
+    ]
+    step = Step(
+        pk=9,
+        index=0,
+        reasoning="I will look it up.",
+        action="",
+        message={"role": "assistant", "content": "I will look it up.", "tool_calls": calls},
+        replies=[
+            # Answered out of order, as parallel calls may be: each result is matched by its call's id.
+            {"role": "tool", "tool_call_id": "call_a", "name": "lookup", "content": '{"sku": "A-7"}'},
+            {"role": "tool", "tool_call_id": "call_b", "name": "add_to_cart", "content": "added 2 × A-7"},
+            {"role": "user", "content": "the next observation"},
+        ],
+    )
+    html = step_card(step)
+    exchanges = re.findall(r'<div class="tool-exchange" data-tool-call="(\d)">(.*?)</div></div>', html, re.S)
+    assert [position for position, _ in exchanges] == ["0", "1", "2"]
+    add, lookup, checkout = (body for _, body in exchanges)
+    assert "<code>add_to_cart</code>" in add and "<dt>sku</dt><dd>A-7</dd><dt>qty</dt><dd>2</dd>" in add
+    assert "added 2 × A-7" in add
+    assert "<dt>name</dt><dd>&lt;tea&gt;</dd>" in lookup and "{&quot;sku&quot;: &quot;A-7&quot;}" in lookup
+    assert "not a JSON object: <code>not json</code>" in checkout and "no result" in checkout
+    # The raw call is one click away, verbatim.
+    raw = re.search(r"<summary>raw JSON</summary><pre>(.*?)</pre>", add, re.S).group(1)
+    assert json.loads(unescape(raw)) == calls[0]
+    assert "the next observation" not in html  # the next step shows it
+
+
+def test_calls_written_in_the_text_as_a_qwen_style_model_writes_them_are_shown_as_calls():
+    content = 'Checking.\n<tool_call>\n{"name": "lookup", "arguments": {"name": "tea"}}\n</tool_call>'
+    step = Step(pk=10, index=0, action="", message={"role": "assistant", "content": content})
+    html = step_card(step)
+    assert "<code>lookup</code>" in html and "<dt>name</dt><dd>tea</dd>" in html
 
 
 def test_malformed_render_media_and_tool_calls_are_ignored_not_an_error():
