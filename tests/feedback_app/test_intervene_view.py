@@ -49,8 +49,10 @@ def grid_rows(body: str) -> list[str]:
     table = figure[: figure.index("</table>")]
     rows = []
     for row in re.findall(r"<tr>(.*?)</tr>", table, re.S):
-        cells = re.findall(r'<td class="cell cell-(\w+)">([^<]*)</td>', row)
-        rows.append("".join(text or {"wall": "#"}.get(kind, ".") for kind, text in cells))
+        cells = re.findall(r'<td class="cell cell-(\w+)">(<span class="sr-only">wall</span>|[^<]*)</td>', row)
+        # A wall is named for screen readers, nothing else is shown in it.
+        assert all((kind == "wall") == ("sr-only" in text) for kind, text in cells)
+        rows.append("".join({"wall": "#"}.get(kind) or text or "." for kind, text in cells))
     return rows
 
 
