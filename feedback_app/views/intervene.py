@@ -24,11 +24,13 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from feedback_app import labelling
 from feedback_app.access import get_project_for_member, sees_outcomes
-from feedback_app.interventions import legal_actions_at, replay_correction, task_spec, turn_message
+from feedback_app.interventions import NotReplayable, legal_actions_at, replay_correction, task_spec, turn_message
 from feedback_app.models import Intervention, Membership, Step, Trajectory
 from feedback_app.models.labels import InterventionStatus
+from feedback_app.views.chat_turn import attach_errors, editor_message, read_editor
 from feedback_app.views.steps import errors_by_field, step_or_404, trajectory_for_member
 from feedback_app.views.workspace import get_own_assignment
+from reward_models.envs.base import task_tools
 
 TEMPLATE = "feedback_app/intervene.html"
 STATUS_TEMPLATE = "feedback_app/_intervention_status.html"
@@ -50,6 +52,7 @@ class Play:
     replayed: bool = False  # `render` is the state after the annotator's actions, not the step's own
     ended: bool = False
     errors: dict[str, list[str]] = field(default_factory=dict)
+    not_replayable: str = ""  # why the environment cannot continue this trajectory, when it cannot
 
     @property
     def buttons(self) -> list[tuple[str, str]]:
@@ -73,32 +76,46 @@ def intervene(request: HttpRequest, project_pk: int, trajectory_pk: int, index: 
     params = request.POST if request.method == "POST" else request.GET
     assignment = _assignment(request, membership, params.get("assignment", ""))
     prefix = list(trajectory.steps.filter(index__lt=index).order_by("index"))
-    play = _play(trajectory, step, prefix, params, interactive=request.method == "GET")
-    if request.method == "GET":
-        context = _context(request, membership, trajectory, step, prefix, play, assignment)
-        template_name = TEMPLATE + "#play" if request.htmx else TEMPLATE
-        return render(request, template_name, context, status=400 if play.errors else 200)
+    tools = offered_tools(trajectory)
+    interactive = request.method == "GET"
+    # A task with tools is corrected with a chat turn (text and tool calls); the others by picking actions.
+    editor = read_editor(params, tools, interactive=interactive) if tools else None
+    play = _play(trajectory, step, prefix, params, interactive=interactive and editor is None)
+    if request.method == "GET" or play.not_replayable:
+        context = _context(request, membership, trajectory, step, prefix, play, assignment) | {"editor": editor}
+        template_name = TEMPLATE + "#play" if request.htmx and not play.not_replayable else TEMPLATE
+        refused = play.errors or (play.not_replayable and request.method == "POST")
+        return render(request, template_name, context, status=400 if refused else 200)
 
     values = {"corrected_reasoning": params.get("corrected_reasoning", ""), "reason": params.get("reason", "")}
     try:
         client_token = uuid.UUID(params.get("client_token", ""))
     except ValueError:
         client_token = None
+    correction: dict[str, Any] = {"corrected_action": play.corrected_action, "takeover_actions": play.takeover_actions}
     try:
+        if editor is not None:
+            message, readable = editor_message(editor, tools)
+            if not readable:
+                raise ValidationError({})
+            correction = {"corrected_message": message, "reason": values["reason"]}
+        else:
+            correction |= values
         stored = labelling.intervene(
             request.user,
             trajectory,
             step_index=step.index,
-            corrected_action=play.corrected_action,
-            takeover_actions=play.takeover_actions,
             assignment=assignment,
             client_token=client_token,
-            **values,
+            **correction,
         )
     except ValidationError as exc:
-        errors = errors_by_field(exc, FORM_FIELDS)
+        found = exc.message_dict if hasattr(exc, "error_dict") else {"form": exc.messages}
+        if editor is not None:
+            found = attach_errors(editor, found)
+        errors = errors_by_field(ValidationError(found), FORM_FIELDS) if found else {}
         context = _context(request, membership, trajectory, step, prefix, play, assignment)
-        context |= {"errors": errors, "values": values, "client_token": client_token or uuid.uuid4()}
+        context |= {"errors": errors, "values": values, "client_token": client_token or uuid.uuid4(), "editor": editor}
         template_name = TEMPLATE + "#form" if request.htmx else TEMPLATE
         return render(request, template_name, context, status=400)
     status_url = reverse("intervention-status", args=[membership.project.pk, stored.label.pk])
@@ -180,6 +197,9 @@ def _play(trajectory: Trajectory, step: Step, prefix: list[Step], params: QueryD
             turn_message(env, play.corrected_action),
             [turn_message(env, action) for action in play.takeover_actions],
         )
+    except NotReplayable as exc:
+        play.not_replayable = " ".join(exc.messages)
+        return play
     except ValidationError as exc:
         play.errors = errors_by_field(exc, PLAY_FIELDS)
         if not play.legal_actions and "step" not in play.errors:
@@ -192,6 +212,22 @@ def _play(trajectory: Trajectory, step: Step, prefix: list[Step], params: QueryD
     return play
 
 
+def offered_tools(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """The tools the agent was offered in this trajectory: its own, else its task's (the environment's task of its
+    seed, where the stored spec leaves them out); none for an environment without tools or a task it cannot
+    rebuild."""
+    if trajectory.tools:
+        return list(trajectory.tools)
+    try:
+        task = task_spec(trajectory.task)
+    except ValidationError:
+        return []
+    if tools := task_tools(task):
+        return tools
+    env = trajectory.project.environment.load()
+    return task_tools(env.make_task(task["seed"])) if "seed" in task else []
+
+
 def _context(request, membership: Membership, trajectory, step, prefix, play: Play, assignment) -> dict:
     project = membership.project
     show_outcomes = sees_outcomes(membership)
@@ -200,6 +236,8 @@ def _context(request, membership: Membership, trajectory, step, prefix, play: Pl
         "project": project,
         "trajectory": trajectory,
         "step": step,
+        # The page's own URL, for the fragments (the play panel, the form) that are rendered on their own.
+        "intervene_url": reverse("intervene", args=[project.pk, trajectory.pk, step.index]),
         "prefix": prefix,
         "play": play,
         "errors": play.errors,

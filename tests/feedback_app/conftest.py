@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from rest_framework.test import APIClient
+
+from feedback_app.models import EnvironmentSpec, Membership, Project
+from reward_models.envs.toolshop import TOOLS
 
 
 @pytest.fixture
@@ -17,3 +22,35 @@ def api_as():
         return client
 
     return make
+
+
+def _call(call_id: str, name: str, arguments: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+TRANSCRIPT = [
+    {"role": "system", "content": "You are a shopping assistant."},
+    {"role": "user", "content": "Buy the red mug, quantity 2."},
+    {"role": "assistant", "content": "Let me look.", "tool_calls": [_call("call_a", "search", '{"query": "mug"}')]},
+    {"role": "tool", "tool_call_id": "call_a", "name": "search", "content": '[{"name": "red mug", "id": "kq48"}]'},
+    {"role": "assistant", "content": None, "tool_calls": [_call("call_b", "add_to_cart", '{"item_id": "kq48"}')]},
+    {"role": "tool", "tool_call_id": "call_b", "name": "add_to_cart", "content": "error: quantity missing"},
+]
+
+
+@pytest.fixture
+def shop(researcher, annotator, api_as):
+    """A tool-use project with one imported trajectory whose task has a seed (replayable) and one without."""
+    spec = EnvironmentSpec.objects.create(name="shop", dotted_path="reward_models.envs.toolshop.ToolShop", config={})
+    project = Project.objects.create(name="Shop", environment=spec)
+    for user, role in ((researcher, "researcher"), (annotator, "annotator")):
+        Membership.objects.create(user=user, project=project, role=role)
+    tasks = {"seeded": {"seed": 3, "external_id": "shop-3"}, "bare": {"external_id": "shop-x"}}
+    rows = [
+        {"external_id": name, "task": task, "messages": TRANSCRIPT, "tools": TOOLS} for name, task in tasks.items()
+    ]
+    imported = api_as(researcher).post(
+        f"/api/projects/{project.pk}/trajectories/import", json.dumps(rows), content_type="application/json"
+    )
+    assert imported.status_code == 200, imported.content
+    return project, project.trajectories.get(external_id="seeded"), project.trajectories.get(external_id="bare")
