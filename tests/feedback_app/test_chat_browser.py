@@ -20,6 +20,8 @@ def test_an_annotator_labels_and_corrects_a_tool_calling_trajectory(browser_page
     queue.enqueue_trajectories(project, [trajectory])
     steps = list(trajectory.steps.order_by("index"))
     page = browser_page_for(annotator)
+    console_errors = []
+    page.on("console", lambda message: message.type == "error" and console_errors.append(message.text))
     page.goto(reverse("label-next", args=[project.pk]))
     page.wait_for_selector(f"#step-{steps[0].pk}-row.focused")
 
@@ -59,6 +61,8 @@ def test_an_annotator_labels_and_corrects_a_tool_calling_trajectory(browser_page
     assert page.input_value("#intervene-reason") == "It forgot the quantity."
     page.screenshot(path=str(docs_dir / "intervene-chat.png"), full_page=True)
 
+    # The page's own 400 is logged by Chromium as a failed resource; nothing else may be.
+    assert [text for text in console_errors if "status of 400" not in text] == []
     page.fill("#call-0-arg-quantity", "2")
     page.click("#intervene-form button[type=submit]")
     page.wait_for_url("**/interventions/*/")

@@ -17,6 +17,8 @@ def test_an_intervention_is_continued_by_the_worker_and_its_child_appears_in_the
 ):
     trajectory = play_gridworld(task, tiny_policy, SEED_7_ACTIONS)
     page = browser_page_for(annotator)
+    console_errors = []
+    page.on("console", lambda message: message.type == "error" and console_errors.append(message.text))
     page.goto(reverse("trajectory-steps", args=[project.pk, trajectory.pk]))
     page.wait_for_selector(".step-row.focused")
     page.keyboard.press("j")
@@ -30,6 +32,7 @@ def test_an_intervention_is_continued_by_the_worker_and_its_child_appears_in_the
     page.wait_for_selector("input[name=mode][value=takeover]", state="attached")
     page.keyboard.press("ArrowRight")  # ... and play one more step by hand
     page.wait_for_selector("input[name=takeover_actions][value=right]", state="attached")
+    assert console_errors == []  # every move swapped its panel cleanly
     page.fill("#intervene-reason", "Down walks away from the goal; up then right heads for it.")
     page.keyboard.press("Escape")
     page.keyboard.press("Enter")  # hand back to the policy
