@@ -21,6 +21,9 @@ mkdir -p "$TANDEM_DATA_DIR"
 .venv/bin/ruff format --check .
 .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null || {
   echo "Model changes without a migration: run manage.py makemigrations." >&2; exit 1; }
-# Two processes (pytest-xdist): the web app's and the workers' tests in one, in order; the training pipelines' tests
-# spread over both (tests/conftest.py). TEST_PROCESSES=0 runs everything in this process.
-exec .venv/bin/python -m pytest -n "${TEST_PROCESSES:-2}" "$@"
+# Test processes (pytest-xdist): one per core, two to four, each with its own database, data directory and broker
+# (tests/xdist_env.py); modules are spread over them (tests/conftest.py). TEST_PROCESSES=0 runs everything here.
+cores=$(nproc 2>/dev/null || echo 2)
+processes=${TEST_PROCESSES:-$(( cores < 2 ? 2 : (cores > 4 ? 4 : cores) ))}
+echo "Running the tests in $processes processes ($cores cores)."
+exec .venv/bin/python -m pytest -p tests.xdist_env -n "$processes" "$@"

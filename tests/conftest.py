@@ -42,22 +42,13 @@ def pytest_configure(config) -> None:
         settings.TANDEM_TORCH_THREADS = 1  # the demo bootstrap's training too
 
 
-# The tests of the web app and the workers share one database, data directory and broker (Celery workers purge its
-# queues): under pytest-xdist (`test.sh` runs two processes) they all run in one process, in order. The training
-# pipelines' tests touch none of these; they are spread over the processes a module at a time, so that a module's
-# fixtures are built once.
-SHARED_STATE = ("tests/feedback_app/", "tests/training/")
-
-
+# Tests are spread over the processes a module at a time, so that a module's fixtures are built once. Each process
+# has its own database, data directory and broker (tests/xdist_env.py), so any module may run in any process.
 @pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) has no such hook
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
-    class SharedStateScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return "shared_state" if nodeid.startswith(SHARED_STATE) else super()._split_scope(nodeid)
-
-    return SharedStateScheduling(config, log)
+    return LoadScopeScheduling(config, log)
 
 
 @pytest.fixture
@@ -363,12 +354,25 @@ def short_bootstrap_config():
 
 @pytest.fixture(scope="session")
 def bootstrapped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """A policy directory from a short bootstrap run, and the run's metrics."""
+    """A policy directory from a short bootstrap run, and the run's metrics (its metrics.json). The run is
+    deterministic, so under pytest-xdist the first process to need it trains it and the others wait for it and read
+    it, instead of each spending most of a minute on the same run."""
+    import fcntl
+    import json
+
     from reward_models.policy.bootstrap import main
 
-    output_dir = tmp_path_factory.mktemp("bootstrap") / "policy"
-    metrics = main(_short_bootstrap_config(output_dir))
-    return output_dir, metrics
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        output_dir = tmp_path_factory.mktemp("bootstrap") / "policy"
+        return output_dir, main(_short_bootstrap_config(output_dir))
+    shared = tmp_path_factory.getbasetemp().parent / "bootstrap"  # the test processes' common folder
+    shared.mkdir(exist_ok=True)
+    output_dir = shared / "policy"
+    with (shared / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (output_dir / "metrics.json").exists():
+            main(_short_bootstrap_config(output_dir))
+    return output_dir, json.loads((output_dir / "metrics.json").read_text())
 
 
 @pytest.fixture(scope="session")

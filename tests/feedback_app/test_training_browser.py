@@ -69,7 +69,7 @@ def test_a_researcher_launches_watches_and_cancels_runs_from_the_dashboard(
     page.wait_for_selector("#run .status-succeeded, #run .status-failed", timeout=300_000)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, f"{run.error}\n{worker.log_path.read_text()}"
-    assert page.inner_text("#run .run-progress").startswith("100 %")
+    assert page.inner_text("#run .run-progress").startswith("done")
     review = TrainingRun.objects.get(pk=run.summary["review_run"])
     page.goto(reverse("training", args=[project.pk]))
     page.wait_for_selector(f"#run-{review.pk} .status-succeeded, #run-{review.pk} .status-failed", timeout=300_000)
