@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -154,9 +155,7 @@ def load_policy_model(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise ConfigError(field_name, f"{path} is not a model directory: it has no config.json")
+    path = model_directory(path, field_name)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -170,6 +169,37 @@ def load_policy_model(
     if not trainable:
         model.eval().requires_grad_(False)
     return PolicyModel(model, tokenizer, read_policy_settings(path))
+
+
+# A Hugging Face hub id: "name" or "owner/name", letters, digits and -_. only, not a path that exists.
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
+
+
+def model_directory(name: str | Path, field_name: str) -> Path:
+    """The local directory of the model `name`: a model directory as it is, or a hub id ("Qwen/Qwen2.5-0.5B")
+    read from the local Hugging Face cache, never downloaded. Anything else, or a hub id that is not in the cache,
+    is a `ConfigError` on `field_name` that says what to do."""
+    path = Path(name)
+    if (path / "config.json").is_file():
+        return path
+    text = str(name)
+    if path.exists() or not HUB_ID.fullmatch(text) or text.startswith("."):
+        raise ConfigError(field_name, f"{text} is not a model directory: it has no config.json")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        cached = Path(snapshot_download(text, local_files_only=True))
+    except LocalEntryNotFoundError:
+        raise ConfigError(
+            field_name,
+            f"{text} is neither a model directory nor a model in the local Hugging Face cache; Tandem never "
+            f"downloads one: fetch it where there is network access (huggingface-cli download {text}) into the "
+            "cache this machine reads (HF_HOME), or name its directory",
+        ) from None
+    if not (cached / "config.json").is_file():
+        raise ConfigError(field_name, f"{text} is in the Hugging Face cache without a config.json: not a model")
+    return cached
 
 
 def environment_factory(config: PolicyTrainConfig) -> Callable[[], Environment]:

@@ -320,3 +320,32 @@ def test_max_seconds_stops_a_loop_and_a_trainer_once_the_time_is_up(tmp_path):
     control = TrainerControl()
     trainer_time_limit(config, now).on_step_end(None, None, control)
     assert not control.should_training_stop
+
+
+def test_a_policy_is_named_by_its_directory_or_by_a_hub_id_read_from_the_local_cache(
+    tiny_policy_dir, tmp_path, monkeypatch
+):
+    import shutil
+
+    from huggingface_hub import constants
+
+    from reward_models.finetune.common import model_directory
+
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--tandem-test--tiny" / "snapshots" / "0123abcd"
+    shutil.copytree(tiny_policy_dir, snapshot)
+    (cache / "models--tandem-test--tiny" / "refs").mkdir()
+    (cache / "models--tandem-test--tiny" / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+
+    assert model_directory(tiny_policy_dir, "policy_path") == tiny_policy_dir
+    assert model_directory("tandem-test/tiny", "policy_path") == snapshot
+    loaded = load_policy_model("tandem-test/tiny")
+    assert loaded.model.config.hidden_size == load_policy_model(tiny_policy_dir).model.config.hidden_size
+    with pytest.raises(ConfigError) as missing:
+        model_directory("tandem-test/not-cached", "policy_path")
+    assert missing.value.field == "policy_path" and "huggingface-cli download tandem-test/not-cached" in str(
+        missing.value
+    )
+    with pytest.raises(ConfigError, match="is not a model directory: it has no config.json"):
+        model_directory(tmp_path, "base_model")
