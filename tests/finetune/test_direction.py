@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-import torch
 
 from reward_models.common import ARTIFACT_MANIFEST
 from reward_models.envs.gridworld import GridWorld
@@ -26,14 +25,6 @@ from reward_models.rollout import rollout
 
 TASKS = range(1000, 1024)  # training seeds, far from the held-out ones
 SAMPLES = 4
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def first_move(conversation: Sequence[dict]) -> str:
@@ -100,83 +91,56 @@ def up_share(policy_dir: Path) -> float:
     return sum(episode.steps[0].action == "up" for episode in episodes) / len(episodes)
 
 
-def ppo(policy_dir, judge_dir, output_dir):
-    from reward_models.finetune.ppo import PPOConfig, main
+def train(method: str, policy_dir: Path, judge_dir: Path, output_dir: Path) -> dict:
+    """A short run of `method` against the judge in `judge_dir`, without held-out evaluation or a KL penalty."""
+    from reward_models.finetune import grpo, nash, ppo
 
-    config = PPOConfig(
-        policy_path=str(policy_dir),
-        output_dir=str(output_dir),
-        reward_source="model",
-        reward_model_path=str(judge_dir),
-        normalize_reward=False,
-        invalid_penalty=0.0,
-        kl_beta=0.0,
-        max_turns=1,
-        max_steps=6,
-        rollouts_per_step=24,
-        batch_size=24,
-        learning_rate=3e-3,
-        eval_tasks=0,
-        selection_tasks=0,
-        save_steps=1000,
-    )
-    return main(config)
-
-
-def nash(method: str):
-    def run(policy_dir, judge_dir, output_dir):
-        from reward_models.finetune.nash import NashConfig, main
-
+    common = {"policy_path": str(policy_dir), "output_dir": str(output_dir), "kl_beta": 0.0, "eval_tasks": 0}
+    common["save_steps"] = 1000
+    if method == "ppo":
+        config = ppo.PPOConfig(
+            **common,
+            reward_source="model",
+            reward_model_path=str(judge_dir),
+            normalize_reward=False,
+            invalid_penalty=0.0,
+            selection_tasks=0,
+            max_turns=1,
+            max_steps=6,
+            rollouts_per_step=24,
+            batch_size=24,
+            learning_rate=3e-3,
+        )
+        return ppo.main(config)
+    if method in ("nash_md", "spo"):
         samples = {"samples_per_task": 4} if method == "spo" else {}
-        config = NashConfig(
-            policy_path=str(policy_dir),
+        config = nash.NashConfig(
+            **common,
+            **samples,
             preference_model_path=str(judge_dir),
-            output_dir=str(output_dir),
             method=method,
             max_turns=1,
             max_steps=6,
             batch_size=8,
             learning_rate=3e-4,
-            kl_beta=0.0,
-            eval_tasks=0,
-            save_steps=1000,
-            **samples,
         )
-        return main(config)
-
-    return run
-
-
-def trl(algorithm: str):
-    def run(policy_dir, judge_dir, output_dir):
-        from reward_models.finetune.grpo import GRPOConfig, main
-
-        config = GRPOConfig(
-            policy_path=str(policy_dir),
-            reward_model_path=str(judge_dir),
-            output_dir=str(output_dir),
-            algorithm=algorithm,
-            max_steps=8,
-            prompts_per_step=4,
-            num_generations=4,
-            train_prompts=16,
-            learning_rate=3e-4,
-            kl_beta=0.0,
-            eval_tasks=0,
-            save_steps=1000,
-        )
-        return main(config)
-
-    return run
+        return nash.main(config)
+    config = grpo.GRPOConfig(
+        **common,
+        reward_model_path=str(judge_dir),
+        algorithm=method,
+        max_steps=8,
+        prompts_per_step=4,
+        num_generations=4,
+        train_prompts=16,
+        learning_rate=3e-4,
+    )
+    return grpo.main(config)
 
 
-@pytest.mark.parametrize(
-    "train",
-    [ppo, nash("nash_md"), nash("spo"), trl("grpo"), trl("rloo")],
-    ids=["ppo", "nash_md", "spo", "grpo", "rloo"],
-)
-def test_the_policy_moves_towards_what_its_judge_prefers(train, policy_dir, judge_dir, stand_in_judges, tmp_path):
+@pytest.mark.parametrize("method", ["ppo", "nash_md", "spo", "grpo", "rloo"])
+def test_the_policy_moves_towards_what_its_judge_prefers(method, policy_dir, judge_dir, stand_in_judges, tmp_path):
     before = up_share(policy_dir)
-    train(policy_dir, judge_dir, tmp_path / "run")
+    train(method, policy_dir, judge_dir, tmp_path / "run")
     after = up_share(tmp_path / "run")
     assert after > before + 0.15, f'the share of first moves "up" went from {before:.2f} to {after:.2f}'

@@ -46,14 +46,6 @@ GRID = GridWorld(**SMALL_GRID)
 TOOL_ENVIRONMENT = "tests.reward_models.tool_chat.ToolCounter"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def episodes():
     return scripted_episodes(30, per_task=2, noises=(0.5, 0.9), seed=3, env_config=SMALL_GRID)

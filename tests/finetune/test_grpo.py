@@ -39,14 +39,6 @@ TINY = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def reward_model_dir(tiny_base_model, tmp_path_factory) -> Path:
     from reward_models.reward import RewardConfig

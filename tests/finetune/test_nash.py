@@ -37,14 +37,6 @@ TINY = {"batch_size": 3, "eval_tasks": 4, "learning_rate": 1e-3, "save_steps": 1
 OBSERVATIONS = [". A . | . # G | . . .", "A . . | # # . | G . .", ". . G | . A . | . . ."]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def preference_model_dir(tiny_base_model, tmp_path_factory) -> Path:
     """A preference model on the default 7x7 grid's comparisons, in the `decisions` layout (short sequences)."""

@@ -47,15 +47,6 @@ TINY = {
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Two OpenMP threads on a shared, loaded 2-core machine run a tiny model far slower than one.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def judges(tmp_path_factory) -> dict[str, Path]:
     """A reward model and a PRM, trained for a few steps on oracle-labelled rows of the small grid."""

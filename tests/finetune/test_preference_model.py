@@ -32,14 +32,6 @@ SMALL_GRID = {"size": 4, "max_steps": 6}
 FAST = {"batch_size": 8, "learning_rate": 5e-3, "logging_steps": 1, "save_steps": 1000}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
     return preference_rows(scripted_episodes(30, per_task=4, seed=0, env_config=SMALL_GRID), ties="include")

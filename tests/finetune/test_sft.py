@@ -26,14 +26,6 @@ TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "lea
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def episodes():
     return scripted_episodes(30, per_task=2, noises=(0.5, 0.9), seed=3, env_config=SMALL_GRID)
