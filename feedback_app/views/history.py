@@ -164,7 +164,7 @@ def history(request: HttpRequest, project_pk: int) -> HttpResponse:
     if kind not in LABEL_MODELS:
         kind = ""
     other = request.GET.get("project", "")
-    if other.isdigit() and int(other) != project.pk:
+    if other.isdigit() and len(other) <= 18 and int(other) != project.pk:  # 18 digits: within any id column
         target = get_project_for_member(request, int(other))[0]
         query = f"?kind={kind}" if kind else ""
         return HttpResponseRedirect(reverse("history", args=[target.pk]) + query)

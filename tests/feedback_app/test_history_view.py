@@ -294,6 +294,9 @@ def test_another_project_of_which_the_user_is_no_member_is_404(client, annotator
     elsewhere = Project.objects.create(name="Not theirs", environment=gridworld_spec)
     client.force_login(annotator)
     assert client.get(history_url(project) + f"?project={elsewhere.pk}").status_code == 404
+    # A number past any id, or not a number, keeps the list where it is.
+    for other in ("9" * 40, "-1", "x"):
+        assert client.get(history_url(project) + f"?project={other}").status_code == 200
 
 
 def test_it_paginates_newest_first(client, annotator, project, make_trajectory):
