@@ -16,7 +16,7 @@ that no item got more labels than its overlap. The database is dropped at the en
 Each request comes on a new connection (`--keep-alive 0`), as people's do: they think for seconds between labels,
 longer than gunicorn keeps an idle connection (2 s by default, the shipped setting), so their browsers reconnect for
 each label; a few dozen fast simulated annotators stand in for hundreds of people. Kept-alive connections
-(`--keep-alive 30`, this bench's setting until session 18) stay with the worker process that accepted them, the
+(`--keep-alive 30`) stay with the worker process that accepted them, the
 processes end up with unequal shares of the annotators, and the busiest one, whose threads share one core under
 Python's lock, sets the latency while the others idle.
 

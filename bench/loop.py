@@ -416,8 +416,8 @@ class Loop:
                     "ensemble_size": self.args.ensemble,
                     # The first and last map and the actions, not the policy's reasoning: a `decisions` reward
                     # model (reasoning included) scored a PPO policy that writes "goal is down 0" and never moves
-                    # above the base policy's failures by 0.57 of the success-failure gap, a `moves` one by 0.16, at
-                    # the same oracle-pair accuracy (0.76), 40 % faster (4 models each, seed-1 snapshots, session 14).
+                    # above the base policy's failures more than a `moves` one does, at the same oracle-pair accuracy,
+                    # and a `moves` model trains faster.
                     "layout": "moves",
                     "num_epochs": 3,
                     # The tiny policy's recipe (bench/judge_oracle.py's); the pipeline's 1e-4 suits pretrained models

@@ -1,5 +1,5 @@
 """bench/annotate_load.py end to end at a tiny size (gunicorn on PostgreSQL, four annotators for three seconds), so
-the benchmark of issue 3's bar cannot break unseen. Its figures are the bench's business, not this test's."""
+the annotation-throughput benchmark cannot break unseen. Its figures are the bench's business, not this test's."""
 
 from __future__ import annotations
 
