@@ -357,8 +357,8 @@ def stream_export(args, project_pk: int, cookie: str, query: dict, sample_pid: i
 
 
 def python_speed() -> float:
-    """Seconds for a ten-million-step Python loop: this VM's speed drifts by a factor of two or more from day to day,
-    and the export is Python-bound, so figures from different days compare only beside this."""
+    """Seconds for a ten-million-step Python loop: a shared machine's speed can drift by a factor of two or more from
+    day to day, and the export is Python-bound, so figures from different days compare only beside this."""
     started = time.perf_counter()
     total = 0
     for step in range(10_000_000):

@@ -197,8 +197,7 @@ class Servers:
         web = [str(bin_dir / "gunicorn"), "feedback_app.wsgi", "--bind", f"127.0.0.1:{self.port}"]
         web += ["--workers", "2", "--threads", "4", "--timeout", "300"]
         # Each worker process gets an equal share of the cores: two one-thread runs of a tiny model side by side
-        # finish well before the same two one after the other on two threads (60 s against 86 s for two reward
-        # models on the 2-core VM).
+        # finish well before the same two one after the other on two threads.
         threads = str(max(1, (os.cpu_count() or 1) // self.concurrency))
         environments = {"worker": {**self.env(), "TANDEM_TORCH_THREADS": threads}, "web": self.env()}
         for command, name in ((worker, "worker"), (web, "web")):

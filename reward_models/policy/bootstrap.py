@@ -68,8 +68,7 @@ class BootstrapConfig:
         metadata={
             "help": "Wall-clock budget from the start of the run to the end of training (evaluation comes after), a "
             "guard against a stalled machine; training cut short by it is no longer deterministic, and a policy cut "
-            "before its schedule ends is much worse (213 of 350 steps on a slow 2-core VM: 10.5 % greedy "
-            "success)."
+            "before its schedule ends is much worse."
         },
     )
     num_threads: int = field(default=2, metadata={"help": "torch CPU threads (results depend on it)."})
