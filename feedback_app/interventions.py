@@ -158,10 +158,23 @@ def validate_correction(
     env = trajectory.project.environment.load()
     human = [turn_message(env, corrected), *(turn_message(env, turn) for turn in takeover)]
     task = task_spec(trajectory.task)
-    # The tools the agent was offered in this trajectory; an imported task's spec may not list them, and then the
-    # environment's task of that seed does.
-    tools = trajectory.tools or task_tools(task) or (task_tools(env.make_task(task["seed"])) if "seed" in task else [])
-    return replay_correction(env, task, original, human[0], human[1:], tools)
+    return replay_correction(env, task, original, human[0], human[1:], offered_tools(trajectory))
+
+
+def offered_tools(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """The tools the agent was offered in this trajectory: its own, else its task's (an imported task's spec may not
+    list them, and then the environment's task of that seed does); none for an environment without tools or a task
+    it cannot rebuild."""
+    if trajectory.tools:
+        return list(trajectory.tools)
+    try:
+        task = task_spec(trajectory.task)
+    except ValidationError:
+        return []
+    if tools := task_tools(task):
+        return tools
+    env = trajectory.project.environment.load()
+    return task_tools(env.make_task(task["seed"])) if "seed" in task else []
 
 
 def _replay_original(env: Environment, task: dict[str, Any], original: Sequence[Message]) -> list[StepResult]:

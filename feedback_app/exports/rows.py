@@ -224,9 +224,12 @@ def _comparison_values(verdict: Verdict) -> dict[str, Any]:
             "label_ids": [vote.label_id],
         }
     label_ids, annotator_ids = _provenance(verdict)
-    margins = [MARGIN_BY_STRENGTH[vote.extra[0] or 2] for vote in verdict.supporting]
+    if verdict.value == "tie":
+        margin = 0.0
+    else:
+        margin = sum(MARGIN_BY_STRENGTH[vote.extra[0]] for vote in verdict.supporting) / len(verdict.supporting)
     return {
-        "margin": 0.0 if verdict.value == "tie" else sum(margins) / len(margins),
+        "margin": margin,
         "agreement": verdict.agreement,
         "rationale": "\n\n".join(vote.extra[1] for vote in verdict.supporting if vote.extra[1]),
         "annotator_ids": annotator_ids,

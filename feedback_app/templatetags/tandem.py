@@ -95,11 +95,13 @@ def _tool_calls_html(step) -> list[str]:
         calls = [call for call in step.tool_calls if isinstance(call, dict)]
     replies = [r for r in (step.replies if isinstance(step.replies, list) else []) if isinstance(r, dict)]
     results = [reply for reply in replies if reply.get("role") == "tool"]
-    by_id = {reply["tool_call_id"]: reply for reply in results if isinstance(reply.get("tool_call_id"), str)}
-    unmatched = [reply for reply in results if reply.get("tool_call_id") not in by_id or not reply.get("tool_call_id")]
+    call_ids = {call.get("id") for call in calls if isinstance(call.get("id"), str)}
+    by_id = {reply["tool_call_id"]: reply for reply in results if reply.get("tool_call_id") in call_ids}
+    unmatched = [reply for reply in results if reply.get("tool_call_id") not in by_id]
     html = []
     for position, call in enumerate(calls):
-        function = call.get("function", call) if isinstance(call.get("function", call), dict) else {}
+        function = call.get("function", call)
+        function = function if isinstance(function, dict) else {}
         name, arguments = str(function.get("name", "")), function.get("arguments", "")
         parsed = _parsed_arguments(arguments)
         if isinstance(parsed, dict) and parsed:

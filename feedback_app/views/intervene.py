@@ -24,13 +24,19 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from feedback_app import labelling
 from feedback_app.access import get_project_for_member, sees_outcomes
-from feedback_app.interventions import NotReplayable, legal_actions_at, replay_correction, task_spec, turn_message
+from feedback_app.interventions import (
+    NotReplayable,
+    legal_actions_at,
+    offered_tools,
+    replay_correction,
+    task_spec,
+    turn_message,
+)
 from feedback_app.models import Intervention, Membership, Step, Trajectory
 from feedback_app.models.labels import InterventionStatus
 from feedback_app.views.chat_turn import attach_errors, editor_message, read_editor
 from feedback_app.views.steps import errors_by_field, step_or_404, trajectory_for_member
 from feedback_app.views.workspace import get_own_assignment
-from reward_models.envs.base import task_tools
 
 TEMPLATE = "feedback_app/intervene.html"
 STATUS_TEMPLATE = "feedback_app/_intervention_status.html"
@@ -210,22 +216,6 @@ def _play(trajectory: Trajectory, step: Step, prefix: list[Step], params: QueryD
     play.ended = results[-1].done
     play.legal_actions = [] if play.ended else env.legal_actions()
     return play
-
-
-def offered_tools(trajectory: Trajectory) -> list[dict[str, Any]]:
-    """The tools the agent was offered in this trajectory: its own, else its task's (the environment's task of its
-    seed, where the stored spec leaves them out); none for an environment without tools or a task it cannot
-    rebuild."""
-    if trajectory.tools:
-        return list(trajectory.tools)
-    try:
-        task = task_spec(trajectory.task)
-    except ValidationError:
-        return []
-    if tools := task_tools(task):
-        return tools
-    env = trajectory.project.environment.load()
-    return task_tools(env.make_task(task["seed"])) if "seed" in task else []
 
 
 def _context(request, membership: Membership, trajectory, step, prefix, play: Play, assignment) -> dict:
