@@ -113,4 +113,6 @@ def test_command_line_arguments_build_the_config(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--help"])
     shown = capsys.readouterr().out
-    assert "--max_train_steps" in shown and "policy cut before its schedule ends is much worse" in " ".join(shown.split())
+    assert "--max_train_steps" in shown and "policy cut before its schedule ends is much worse" in " ".join(
+        shown.split()
+    )
