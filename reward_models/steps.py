@@ -24,11 +24,14 @@ to read at a separator token as TRL did (on a word-level tokenizer a newline enc
 same).
 
 Long trajectories are cut into windows of at most `max_length` tokens rather than truncated, so no labelled step is
-dropped: the first window starts at the prompt; each later window ends past the first step not yet read and starts
-half a window before it (the beginning of the prompt is dropped first, then the earliest steps), and keeps ``<bos>``.
-Training and scoring cut the same way, so a step is scored with the context it was trained with. A causal LM reads
-each step from what came before it only; an encoder also sees the steps after it in the same window, so its score
-for a step changes when later steps are added (use a causal LM where that matters, as in online PPO).
+dropped, and every step is read after as much of the trajectory before it as fits: the first window starts at the
+prompt and reads every step that ends inside it; each later step gets a window of its own that ends at it and holds
+``<bos>`` and then as many of the tokens before it as fit (the past cut from the left: the beginning of the prompt
+first, then the earliest steps). A trajectory of ``n`` steps past the first window so costs ``n`` more windows, the
+price of never reading a step with less of its past than fits. Training and scoring cut the same way, so a step is
+scored with the context it was trained with. A causal LM reads each step from what came before it only; an encoder
+also sees the steps after it in the first window, so its score for a step changes when later steps are added (use a
+causal LM where that matters, as in online PPO).
 
 The head's settings (`step_separator`, `step_max_length`, and `step_style`, the style of the rows it trained on, which
 is the one it reads) are stored in the model's ``config.json``, so a directory that another trainer saved again
@@ -174,7 +177,7 @@ def text_windows(
     tokenizer: PreTrainedTokenizerBase, prompt: str, pieces: Sequence[str], separator: str, max_length: int
 ) -> list[StepWindow]:
     """`step_windows` of a trajectory already laid out as text: each piece is read at its last token (after
-    `separator`)."""
+    `separator`), after as much of the text before it as fits in `max_length` tokens."""
     separator_ids = tokenizer(separator, add_special_tokens=False)["input_ids"] if separator else []
     head = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
@@ -194,7 +197,9 @@ def text_windows(
         raise ConfigError("max_length", f"must leave room for at least 2 tokens after <bos>, got {max_length}")
     windows, step = [], 0
     while step < len(ends):
-        start = max(0, min(ends[step] + 1 - budget // 2, len(ids) - budget))
+        # The window ends at the first step not yet read and holds as much before it as fits; while that is the whole
+        # trajectory so far, it runs on to the budget and reads every later step that ends inside it too.
+        start = max(0, ends[step] + 1 - budget)
         stop = min(len(ids), start + budget)
         steps = [k for k in range(step, len(ends)) if ends[k] < stop]
         positions = [len(head) + ends[k] - start for k in steps]

@@ -30,17 +30,6 @@ FAST = {"batch_size": 8, "learning_rate": 1e-2, "logging_steps": 1, "save_steps"
 GAMMA = 0.9
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Two OpenMP threads on a shared, loaded 2-core machine run a tiny model far slower than one.
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def episodes():
     return scripted_episodes(40, per_task=3, seed=0, env_config=SMALL_GRID)
@@ -230,6 +219,42 @@ def test_conversational_returns_are_scored_through_the_chat_template_the_judges_
         with pytest.raises(ConfigError) as caught:
             step_rewards(text_rows, only, RecordingReporter())
         assert caught.value.field == name and "conversational" in str(caught.value)
+
+
+def test_conversational_returns_reach_the_judges_through_the_chat_template_with_their_tools(tool_policy_dir, tmp_path):
+    from reward_models.prm import PRMConfig, load_prm
+    from reward_models.prm import main as train_prm
+    from reward_models.reward import RewardConfig, load_reward_model
+    from reward_models.reward import main as train_reward_model
+    from tests.reward_models import tool_chat
+
+    base, folder = str(tool_policy_dir), str(tmp_path)
+    stepwise = write_jsonl(tool_chat.stepwise_rows(), tmp_path / "stepwise.jsonl")
+    train_prm(PRMConfig(data_path=str(stepwise), base_model=base, output_dir=f"{folder}/prm", max_steps=2))
+    pairs = write_jsonl(tool_chat.preference_rows(), tmp_path / "preference.jsonl")
+    train_reward_model(RewardConfig(data_path=str(pairs), base_model=base, output_dir=f"{folder}/rm", max_steps=2))
+    rows = [dict(row, rewards=None) for row in tool_chat.stepwise_rows(3)]
+    config = config_for("x.jsonl", base, tmp_path, prm=f"{folder}/prm", reward_model=f"{folder}/rm")
+    judged = step_rewards(rows, config, RecordingReporter())
+
+    prm, reward_model = load_prm(f"{folder}/prm", device="cpu"), load_reward_model(f"{folder}/rm", device="cpu")
+    prompts = [row["prompt"] for row in rows]
+    completions = [[message for piece in row["completions"] for message in piece] for row in rows]
+    tools = [row["tools"] for row in rows]
+    scores, _ = reward_model.score(prompts, completions, tools)
+    # The tools are part of what the judges read (the chat template writes them into the system turn).
+    assert tool_chat.TOOLS_BLOCK in reward_model.tokenizer.decode(
+        reward_model.encode(prompts[0], completions[0], tools[0])
+    )
+    assert reward_model.score(prompts, completions)[0] != pytest.approx(scores, abs=1e-6)
+    trajectories = [(row["prompt"], row["completions"]) for row in rows]
+    step_scores = prm.batch_step_scores(trajectories, tools)
+    without_tools = prm.batch_step_scores(trajectories)
+    assert [p for good in without_tools for p in good] != pytest.approx([p for good in step_scores for p in good])
+    for rewards, good, score in zip(judged, step_scores, scores, strict=True):
+        expected = [p - 0.5 for p in good]
+        expected[-1] += score
+        assert rewards == pytest.approx(expected, abs=1e-5)
 
 
 def test_a_critic_trains_on_judge_returns_when_the_export_has_no_rewards(
