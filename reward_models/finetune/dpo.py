@@ -382,7 +382,9 @@ def main(config: DPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         return finished
     seed_everything(config.seed)
     rows = read_rows(config.data_path)
-    loaded = load_policy_model(config.policy_path)
+    # Dropout off, as TRL's DPO trainer has it: the reference's log-probabilities are taken without it, so a policy
+    # scored with it would start with margins that are noise.
+    loaded = load_policy_model(config.policy_path, dropout=False)
     tokenizer, settings = loaded.tokenizer, loaded.settings
     pairs = preference_pairs(rows, tokenizer, settings["history_window"], config.level, environment_factory(config)())
     available = len(pairs)
@@ -525,7 +527,7 @@ def _train_trajectories(config, model, tokenizer, pairs, steps, reporter, starte
     tokenizer.padding_side = "right"
     pad_token_id = tokenizer.pad_token_id
 
-    reference_logps = _reference_logps(config, model, pairs, pad_token_id, accelerator.device)
+    reference_logps = _reference_logps(config, model, pairs, pad_token_id, accelerator)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(0.1 * steps), steps)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
@@ -600,10 +602,13 @@ def sequence_logprobs(model, pairs, pad_token_id, max_length):
     return sides[: len(pairs)], chosen_tokens.clamp(min=1), sides[len(pairs) :]
 
 
-def _reference_logps(config, model, pairs, pad_token_id, device):
-    """(pairs, 2): the reference policy's log-probability of each side, computed once before training."""
+def _reference_logps(config, model, pairs, pad_token_id, accelerator):
+    """(pairs, 2): the reference policy's log-probability of each side, computed once before training, under the
+    policy's autocast: a reference equal to the policy then gives exactly its log-probabilities, and every margin
+    starts at 0."""
     import torch
 
+    device = accelerator.device
     if config.reference != config.policy_path:
         reference = load_policy_model(
             config.reference, trainable=False, device=str(device), field_name="reference_path"
@@ -613,7 +618,7 @@ def _reference_logps(config, model, pairs, pad_token_id, device):
     was_training = reference.training
     reference.eval()
     rows = []
-    with torch.no_grad():
+    with torch.no_grad(), accelerator.autocast():
         for start in range(0, len(pairs), config.batch_size):
             chosen, _, rejected = sequence_logprobs(
                 reference, pairs[start : start + config.batch_size], pad_token_id, config.max_length

@@ -12,11 +12,24 @@ Two methods, chosen by ``method``:
                                      - (P(y > y') - 1/2) * sum_t log pi(t) ]
 
   (TRL's loss; ``sg`` stops the gradient, ``t`` runs over every token the policy wrote in every turn of y).
-- ``spo``: self-play preference optimisation (Swamy et al. 2024). ``samples_per_task`` episodes per task; each
-  episode's reward is its win rate against the other samples of its task under the preference model
-  (`win_rates`); the update is REINFORCE with the group mean as the baseline (optionally divided by the group's
-  standard deviation, `scale_advantages`), one on-policy step per batch (so no PPO clipping is needed), with the
-  same KL term. Win rates of a symmetric preference model always average 1/2 within a group.
+- ``spo``: self-play preference optimisation (Swamy et al. 2024, "A Minimaximalist Approach to Reinforcement
+  Learning from Human Feedback"). ``samples_per_task`` episodes per task; each episode's reward is its win rate
+  against the other samples of its task under the preference model (`win_rates`), and the policy maximises that
+  reward with a policy gradient, as the paper does, with no reference policy and no KL penalty (`reinforce_loss`;
+  ``kl_beta``, ``mixture_alpha`` and ``reference_path`` are Nash-MD's and SPO ignores them):
+
+      loss = mean over episodes of [ - (w(y) - mean of w over its task's samples) * sum_t log pi(t) ]
+
+  The paper optimises the win rates with PPO. Here each batch of rollouts gets exactly one optimiser step, taken at
+  the policy that sampled it: PPO's importance ratio is 1 there, inside its clip range, so the gradient of its
+  clipped objective is this REINFORCE gradient (clipping only acts on further steps over the same rollouts, which
+  are not taken). The rewards are per episode, so the group's mean win rate is the baseline instead of PPO's learned
+  critic (as in GRPO and RLOO); `scale_advantages` optionally divides by the group's standard deviation. Win rates
+  of a symmetric preference model always average 1/2 within a group, so the baseline is 1/2.
+
+In the update passes the policy runs with dropout off (eval mode, gradients on), as it does when it samples the
+rollouts: the log-probabilities in the loss are those of the policy that played, and a frozen reference equal to the
+policy gives them exactly (KL 0), also for checkpoints trained with dropout (GPT-2's 0.1 everywhere).
 
 Only the policy's own tokens (every assistant turn, exactly the token ids it generated) are in the loss: turns are
 encoded with ``common.episode_encodings`` and scored with ``common.token_logprobs``, so observation and tool-result
@@ -30,8 +43,8 @@ Measured on the bootstrapped gridworld policy (47 % greedy / 52 % sampled succes
 about 3.5 points), with the preference model trained on 3,539 oracle-labelled comparisons (B-Pref teacher, beta 50,
 10 % mistakes; 2,000 scripted pairs and 1,539 pairs of the policy's own rollouts): Nash-MD with the defaults
 (30 iterations of 32 tasks, lr 1e-4, kl_beta 0.1, alpha 0.5) 53 % / 58 %, ~8.5 min on a loaded 2-core CPU; with 60
-iterations 49 % / 61 %; SPO (30 iterations of 16 tasks x 4 samples) 54 % / 59.5 %. lr 3e-4 with kl_beta 0.02 made
-the KL run to 30-40 nats per episode and training success fall (stopped).
+iterations 49 % / 61 %. lr 3e-4 with kl_beta 0.02 made the KL run to 30-40 nats per episode and training success
+fall (stopped).
 
 Defaults suit the tiny gridworld policy on a CPU (a few minutes on 2 cores). For a 0.5-8B model on a GPU::
 
@@ -97,7 +110,10 @@ class NashConfig(PolicyTrainConfig):
     output_dir: str = field(default="var/policies/nash", metadata={"help": "Where checkpoints and the policy go."})
     method: str = field(
         default="nash_md",
-        metadata={"choices": METHODS, "help": "nash_md (mixture opponent) or spo (k-sample win rates)."},
+        metadata={
+            "choices": METHODS,
+            "help": "nash_md (mixture opponent, KL to the reference) or spo (k-sample win rates, no reference or KL).",
+        },
     )
     preference_model_path: str = field(
         default="",
@@ -113,7 +129,9 @@ class NashConfig(PolicyTrainConfig):
     mixture_alpha: float = field(
         default=0.5, metadata={"help": "Nash-MD: the reference's weight in the geometric mixture (0: self-play)."}
     )
-    kl_beta: float = field(default=0.1, metadata={"help": "Weight of the KL penalty to the reference policy."})
+    kl_beta: float = field(
+        default=0.1, metadata={"help": "Nash-MD: weight of the KL penalty to the reference policy (SPO has none)."}
+    )
     samples_per_task: int = field(default=4, metadata={"help": "SPO: episodes per task whose win rates are compared."})
     scale_advantages: bool = field(
         default=False, metadata={"help": "SPO: divide each group's advantages by its standard deviation (GRPO-style)."}
@@ -174,16 +192,11 @@ class MixturePolicy(BatchedPolicy):
         self.batch_size = batch_size
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
-    def prompt_batch(self, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
-        padding_side = self.tokenizer.padding_side
-        self.tokenizer.padding_side = "left"
-        try:
-            batch = self.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
-        finally:
-            self.tokenizer.padding_side = padding_side
-        return {key: value.to(self.model.device) for key, value in batch.items() if key != "token_type_ids"}
+    def prompt_batch(self, prompts: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
+        """The prompts' token ids padded on the left, on the policy's device."""
+        return self.left_padded(prompts, self.model.device)
 
-    def _generate(self, prompts: list[str], greedy: bool, temperature: float, seed: int) -> list[Decision]:
+    def _generate(self, prompts: list[list[int]], greedy: bool, temperature: float, seed: int) -> list[Decision]:
         import torch
 
         batch = self.prompt_batch(prompts)
@@ -275,6 +288,13 @@ def group_advantages(rewards: Sequence[float], scale: bool = False) -> list[floa
 # --- the loss ----------------------------------------------------------------------------------------------------
 
 
+def reinforce_loss(logprobs: torch.Tensor, coefficients: torch.Tensor, episodes: int) -> torch.Tensor:
+    """SPO's summed loss of a batch of turns: `logprobs` (B, T) from `common.token_logprobs` (0 off completion
+    tokens), `coefficients` (B,) the advantage of the episode each turn belongs to; divided by the iteration's number
+    of `episodes`. Per token: - advantage * log pi."""
+    return -(coefficients[:, None].to(logprobs.dtype) * logprobs).sum() / episodes
+
+
 def reinforce_kl_loss(
     logprobs: torch.Tensor,
     reference_logprobs: torch.Tensor,
@@ -282,13 +302,11 @@ def reinforce_kl_loss(
     kl_beta: float,
     episodes: int,
 ) -> torch.Tensor:
-    """The summed loss of a batch of turns: `logprobs` (B, T) from `common.token_logprobs` (0 off completion tokens),
-    `reference_logprobs` (B, T) likewise without gradient, `coefficients` (B,) the advantage of the episode each turn
-    belongs to; divided by the iteration's number of `episodes`. Per token: kl_beta * sg(log pi - log pi_ref) *
-    log pi - advantage * log pi."""
+    """Nash-MD's summed loss of a batch of turns: `reinforce_loss` plus the KL penalty, with `reference_logprobs`
+    (B, T) like `logprobs` but without gradient. Per token: kl_beta * sg(log pi - log pi_ref) * log pi - advantage *
+    log pi."""
     log_ratio = (logprobs.detach() - reference_logprobs).detach()
-    per_token = kl_beta * log_ratio * logprobs - coefficients[:, None].to(logprobs.dtype) * logprobs
-    return per_token.sum() / episodes
+    return (kl_beta * log_ratio * logprobs).sum() / episodes + reinforce_loss(logprobs, coefficients, episodes)
 
 
 # --- training ----------------------------------------------------------------------------------------------------
@@ -315,14 +333,17 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
     accelerator = make_accelerator(config)
     torch.manual_seed(config.seed)
     policy = load_policy_model(config.policy_path, use_lora=config.use_lora, lora_r=config.lora_r)
-    reference = load_policy_model(
-        config.reference, trainable=False, device=str(accelerator.device), field_name="reference_path"
-    )
+    tokenizer, settings = policy.tokenizer, policy.settings
+    reference = None  # SPO plays the policy against itself alone
+    if config.method == "nash_md":
+        frozen = load_policy_model(
+            config.reference, trainable=False, device=str(accelerator.device), field_name="reference_path"
+        )
+        if len(frozen.tokenizer) != len(tokenizer):
+            raise ConfigError("reference_path", "the reference policy's vocabulary differs from the policy's")
+        reference = frozen.model
     preference = load_preference_model(config.preference_model_path, str(accelerator.device))
     labels_used = preference_labels_used(config.preference_model_path)
-    tokenizer, settings = policy.tokenizer, policy.settings
-    if len(reference.tokenizer) != len(tokenizer):
-        raise ConfigError("reference_path", "the reference policy's vocabulary differs from the policy's")
     pad_id = tokenizer.pad_token_id
 
     trainable = [p for p in policy.model.parameters() if p.requires_grad]
@@ -355,7 +376,11 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
         batch_tasks = tasks[step * per_step : (step + 1) * per_step]
         unwrapped = accelerator.unwrap_model(model)
         sampler = LocalCausalLMPolicy.from_model(
-            unwrapped, tokenizer, history_window=settings["history_window"], max_new_tokens=settings["max_new_tokens"]
+            unwrapped,
+            tokenizer,
+            history_window=settings["history_window"],
+            max_new_tokens=settings["max_new_tokens"],
+            batch_size=config.generation_batch_size,
         )
         seed = config.seed * 1_000_003 + step
         progress = rollout_progress(reporter, step + 1, config.max_steps)
@@ -366,8 +391,9 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
                 seed=2 * seed, render=False, max_turns=config.max_turns, progress=progress,
             )  # fmt: skip
             mixture = MixturePolicy(
-                unwrapped, reference.model, tokenizer, config.mixture_alpha,
+                unwrapped, reference, tokenizer, config.mixture_alpha,
                 history_window=settings["history_window"], max_new_tokens=settings["max_new_tokens"],
+                batch_size=config.generation_batch_size,
             )  # fmt: skip
             # The same split of the tasks, so that each episode meets its opponent on the same task.
             opponents = shared_rollout(
@@ -400,13 +426,15 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
         figures["episode_length"] = _mean([float(e.length) for e in episodes])
 
         loss_value, kl_total, tokens = _update(
-            accelerator, model, reference.model, tokenizer, settings, episodes, advantages, config, pad_id
+            accelerator, model, reference, tokenizer, settings, episodes, advantages, config, pad_id
         )
         accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        figures.update(loss=loss_value, kl=kl_total / len(episodes), completion_tokens=float(tokens))
+        figures.update(loss=loss_value, completion_tokens=float(tokens))
+        if kl_total is not None:
+            figures["kl"] = kl_total / len(episodes)
         figures = {name: float(value) for name, value in figures.items()}
         history.append({"step": step + 1, **figures})
         if (step + 1) % config.logging_steps == 0:
@@ -450,16 +478,17 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
 def _update(
     accelerator: Any,
     model: PreTrainedModel,
-    reference: PreTrainedModel,
+    reference: PreTrainedModel | None,
     tokenizer: PreTrainedTokenizerBase,
     settings: dict[str, Any],
     episodes: Sequence[Episode],
     advantages: Sequence[float],
     config: NashConfig,
     pad_id: int,
-) -> tuple[float, float, int]:
-    """Accumulate the gradient of `reinforce_kl_loss` over every turn of `episodes`, in micro-batches of turns;
-    returns the loss, the summed KL estimate sum(log pi - log pi_ref) and the number of completion tokens."""
+) -> tuple[float, float | None, int]:
+    """Accumulate the gradient of `reinforce_kl_loss` (Nash-MD) or, without a `reference`, of `reinforce_loss`
+    (SPO) over every turn of `episodes`, in micro-batches of turns; returns the loss, the summed KL estimate
+    sum(log pi - log pi_ref) (None without a reference) and the number of completion tokens."""
     import torch
 
     encodings, owners = [], []
@@ -467,23 +496,28 @@ def _update(
         if episode.steps:
             encodings += episode_encodings(tokenizer, episode, settings["history_window"])
             owners += [index] * len(episode.steps)
-    model.train()
+    # Dropout off, as when the policy sampled the episodes: the loss is on the log-probabilities of the policy that
+    # played them (and of a frozen reference, which is in eval mode too). Gradients flow in eval mode all the same.
+    model.eval()
     loss_total, kl_total, tokens = 0.0, 0.0, 0
     coefficient = torch.tensor(advantages, dtype=torch.float32)
     for start in range(0, len(encodings), config.micro_batch_turns):
         chunk = slice(start, start + config.micro_batch_turns)
         batch = pad_turns(encodings[chunk], pad_id, config.max_length).to(accelerator.device)
-        with torch.no_grad(), accelerator.autocast():  # the policy's numerics: KL 0 while they are the same
-            reference_logprobs = token_logprobs(reference, batch)
         with accelerator.autocast():
             logprobs = token_logprobs(model, batch)
         coefficients = coefficient[owners[chunk]].to(logprobs.device)
-        loss = reinforce_kl_loss(logprobs, reference_logprobs, coefficients, config.kl_beta, len(episodes))
+        if reference is None:
+            loss = reinforce_loss(logprobs, coefficients, len(episodes))
+        else:
+            with torch.no_grad(), accelerator.autocast():  # the policy's numerics: KL 0 while they are the same
+                reference_logprobs = token_logprobs(reference, batch)
+            loss = reinforce_kl_loss(logprobs, reference_logprobs, coefficients, config.kl_beta, len(episodes))
+            kl_total += float((logprobs.detach() - reference_logprobs).sum())
         accelerator.backward(loss)
         loss_total += loss.item()
-        kl_total += float((logprobs.detach() - reference_logprobs).sum())
         tokens += int(batch.completion_mask.sum())
-    return loss_total, kl_total, tokens
+    return loss_total, kl_total if reference is not None else None, tokens
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -4,6 +4,7 @@ pairs through our own loop, per-action balancing, the observation mask, resume a
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.common import ConfigError, config_from_dict
+from reward_models.common import ConfigError, config_from_dict, fresh_accelerator
 from reward_models.envs.gridworld import GridWorld
 from reward_models.finetune.common import load_policy_model, pad_turns
 from reward_models.finetune.dpo import (
@@ -396,6 +397,25 @@ def test_trajectory_dpo_raises_the_preferred_trajectories(tiny_policy_dir, traje
     accuracies = reporter.series("rewards_accuracies")
     assert accuracies[-1] > accuracies[0]
     assert summary["labels_used"] == len(rows) and summary["steps"] == 10
+
+
+def test_trajectory_dpo_scores_the_reference_under_the_policys_bf16_autocast(
+    tiny_policy_dir, trajectory_rows_path, tmp_path, monkeypatch
+):
+    """With the starting policy as the reference, each side's reference log-probability is exactly the policy's at the
+    first step, in bf16 as in fp32: every implicit reward starts at 0 and the DPO loss at log 2."""
+    from reward_models.finetune import dpo
+
+    # The config offers bf16 only with CUDA; accelerate's bf16 autocast runs on a CPU all the same.
+    monkeypatch.setattr(dpo, "make_accelerator", lambda config: fresh_accelerator("bf16"))
+    reporter = RecordingReporter()
+    config = make_config(
+        tiny_policy_dir, trajectory_rows_path, tmp_path / "run", level="trajectory", balance="none", max_steps=1
+    )
+    main(config, reporter)
+    [first] = reporter.metrics
+    assert first["rewards_margins"] == 0.0 and first["rewards_accuracies"] == 0.0
+    assert first["dpo_loss"] == pytest.approx(math.log(2), abs=1e-7)
 
 
 @pytest.mark.parametrize("level", ["step", "trajectory"])

@@ -22,12 +22,14 @@ from reward_models.finetune.nash import (
     main,
     mixture_logprobs,
     reinforce_kl_loss,
+    reinforce_loss,
     win_rates,
 )
 from reward_models.finetune.preference_model import PreferenceModelConfig
 from reward_models.finetune.preference_model import main as train_preference_model
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
 from reward_models.policy.local import LocalCausalLMPolicy
+from reward_models.policy.model import save_policy
 from reward_models.rollout import rollout
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
@@ -105,9 +107,8 @@ def test_the_mixture_policy_samples_tokens_with_the_mixed_logprob_it_reports(pol
     mixture = MixturePolicy(policy.model, reference.model, policy.tokenizer, 0.4, history_window=0, max_new_tokens=12)
     decisions = mixture.act(conversations(), greedy=False, seed=3)
     for conversation, decision in zip(conversations(), decisions, strict=True):
-        prompt = mixture.prompt_batch(
-            [policy.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)]
-        )
+        rendered = policy.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        prompt = mixture.prompt_batch([policy.tokenizer(rendered, add_special_tokens=False)["input_ids"]])
         ids = torch.cat([prompt["input_ids"][0], torch.tensor(decision.token_ids)])[None]
         with torch.no_grad():
             mixed = mixture_logprobs(policy.model(ids).logits, reference.model(ids).logits, 0.4)
@@ -130,6 +131,15 @@ def test_win_rates_and_advantages_on_a_hand_example():
     assert group_advantages([0.5, 0.5], scale=True) == [0.0, 0.0]
     with pytest.raises(ValueError):
         win_rates([[0.5]])
+
+
+def test_the_spo_loss_is_the_kl_free_part_of_the_nash_loss():
+    logprobs = torch.tensor([[0.0, -1.0, -2.0], [0.0, -0.5, 0.0]], requires_grad=True)
+    coefficients = torch.tensor([0.25, -0.5])
+    # - sum over tokens of advantage * log pi, over 4 episodes: -(0.25 * -3 + -0.5 * -0.5) / 4
+    assert reinforce_loss(logprobs, coefficients, 4).item() == pytest.approx(0.125)
+    same = reinforce_kl_loss(logprobs, logprobs.detach(), coefficients, 0.5, 4)  # log-ratio 0: no penalty
+    assert same.item() == pytest.approx(0.125)
 
 
 def test_observation_tokens_get_no_gradient_from_the_nash_loss(policy_dir):
@@ -208,6 +218,60 @@ def test_spo_trains_on_k_sample_win_rates(policy_dir, preference_model_dir, tmp_
     assert len(set(reporter.series("loss"))) == 3
     assert changed_weights(policy_dir, config.output_dir)
     assert summary["method"] == "spo"
+
+
+def test_spo_optimises_win_rates_without_a_reference_or_kl_penalty(
+    policy_dir, tiny_policy_dir, preference_model_dir, tmp_path
+):
+    """SPO is the paper's self-play: a run given a distant reference (an untrained policy) and a large kl_beta trains
+    exactly as one with kl_beta 0."""
+    runs = {}
+    far = {"kl_beta": 1.0, "reference_path": str(tiny_policy_dir)}
+    for name, overrides in (("plain", {"kl_beta": 0.0}), ("far", far)):
+        reporter = RecordingReporter()
+        config = make_config(
+            policy_dir, preference_model_dir, tmp_path / name, method="spo", samples_per_task=2, max_steps=2,
+            eval_tasks=0, **overrides,
+        )  # fmt: skip
+        main(config, reporter)
+        runs[name] = reporter.metrics
+    assert runs["far"] == runs["plain"]
+    assert all("kl" not in values and math.isfinite(values["loss"]) for values in runs["plain"])
+    from safetensors.torch import load_file
+
+    plain, far = (load_file(tmp_path / name / "model.safetensors") for name in ("plain", "far"))
+    assert all(torch.equal(plain[name], far[name]) for name in plain)
+    assert changed_weights(policy_dir, str(tmp_path / "plain"))
+
+
+@pytest.fixture(scope="module")
+def dropout_policy_dir(tiny_policy_dir, tmp_path_factory) -> Path:
+    """An untrained GPT-2-style policy with dropout 0.5 on its embeddings, attention and residual stream, and the tiny
+    policy's word tokenizer."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = load_policy_model(tiny_policy_dir).tokenizer
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_positions=512, n_embd=32, n_layer=1, n_head=2,
+        embd_pdrop=0.5, attn_pdrop=0.5, resid_pdrop=0.5,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(config)
+    return save_policy(model, tokenizer, tmp_path_factory.mktemp("gpt2"), history_window=0, max_new_tokens=12)
+
+
+def test_the_update_scores_the_policy_that_played_with_dropout_off(dropout_policy_dir, preference_model_dir, tmp_path):
+    """The loss's log-probabilities are those of the policy that sampled the episodes (dropout off): with dropout 0.5
+    in every layer, the first iteration's KL to a frozen reference equal to the policy is exactly 0."""
+    reporter = RecordingReporter()
+    config = make_config(dropout_policy_dir, preference_model_dir, tmp_path / "run", max_steps=1, eval_tasks=0)
+    main(config, reporter)
+    [first] = reporter.metrics
+    assert first["completion_tokens"] > 0
+    assert first["kl"] == 0.0
+    assert changed_weights(dropout_policy_dir, config.output_dir)
 
 
 def test_a_cancelled_run_resumes_from_its_last_checkpoint_and_a_finished_one_returns_its_summary(
