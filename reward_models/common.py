@@ -23,6 +23,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 import types
@@ -352,6 +353,43 @@ class JudgeConfig:
         for name in ("batch_size", "max_length", "save_steps", "logging_steps", "lora_r"):
             require(getattr(self, name) > 0, name, "must be positive")
         require(self.precision in PRECISIONS, "precision", f"must be one of {', '.join(PRECISIONS)}")
+
+
+# A Hugging Face hub id: "name" or "owner/name", letters, digits and -_. only, not a path that exists.
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
+
+
+def model_directory(name: str | Path, field_name: str) -> Path:
+    """The local directory of the model `name`: a model directory as it is, or a hub id ("Qwen/Qwen2.5-0.5B")
+    read from the local Hugging Face cache, never downloaded. Anything else, or a hub id that is not in the cache,
+    is a `ConfigError` on `field_name` that says what to do."""
+    path = Path(name)
+    if (path / "config.json").is_file():
+        return path
+    text = str(name)
+    if path.exists() or not HUB_ID.fullmatch(text) or text.startswith("."):
+        raise ConfigError(field_name, f"{text} is not a model directory: it has no config.json")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        cached = Path(snapshot_download(text, local_files_only=True))
+    except LocalEntryNotFoundError:
+        raise ConfigError(
+            field_name,
+            f"{text} is neither a model directory nor a model in the local Hugging Face cache; Tandem never "
+            f"downloads one: fetch it where there is network access (huggingface-cli download {text}) into the "
+            "cache this machine reads (HF_HOME), or name its directory",
+        ) from None
+    if not (cached / "config.json").is_file():
+        raise ConfigError(field_name, f"{text} is in the Hugging Face cache without a config.json: not a model")
+    return cached
+
+
+def with_local_base(config: JudgeConfig) -> JudgeConfig:
+    """`config` with `base_model` turned into its local directory (`model_directory`), for loading; the manifest
+    keeps the name the user gave."""
+    return dataclasses.replace(config, base_model=str(model_directory(config.base_model, "base_model")))
 
 
 # --- devices and precision ---------------------------------------------------------------------------------------

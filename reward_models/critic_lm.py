@@ -75,6 +75,7 @@ from reward_models.common import (
     trained_model,
     trainer_callback,
     trainer_precision_args,
+    with_local_base,
     write_manifest,
 )
 from reward_models.policy.turns import render_prompt
@@ -393,6 +394,7 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
         reporter.log(f"{config.output_dir} already holds this critic; not training again")
         return finished
     precision = resolve_precision(config.precision)
+    local = with_local_base(config)  # a hub id read from the local cache
     rows = read_rows(config.data_path)
     if not rows:
         raise ConfigError("data_path", "holds no rows")
@@ -401,7 +403,7 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
     train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
     if not train_rows:
         raise ConfigError("data_path", "leaves no critiques to train on after the held-out split")
-    tokenizer = AutoTokenizer.from_pretrained(config.base_model)
+    tokenizer = AutoTokenizer.from_pretrained(local.base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     train = _encode_rows(tokenizer, train_rows, config.max_length)
@@ -442,7 +444,7 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
 
         peft_config = LoraConfig(task_type="CAUSAL_LM", r=config.lora_r, lora_alpha=2 * config.lora_r)
     trainer = SFTTrainer(
-        model=config.base_model,
+        model=local.base_model,
         args=args,
         train_dataset=train.dataset(),
         eval_dataset=evaluation.dataset() if eval_rows else None,

@@ -38,6 +38,7 @@ from reward_models.common import (
     row_tools,
     rows_error,
     split_by_task,
+    with_local_base,
     write_manifest,
 )
 from reward_models.conversation import Message
@@ -250,6 +251,7 @@ def main(config: PRMConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     if finished is not None:
         reporter.log(f"{config.output_dir} already holds this model; nothing to do")
         return finished
+    local = with_local_base(config)  # a hub id read from the local cache
     rows = read_rows(config.data_path)
     if problems := row_problems(rows, config):
         raise rows_error(problems, len(rows))
@@ -266,14 +268,14 @@ def main(config: PRMConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     sources = Counter("intervention" if is_intervention(row) else "label" for row in train_rows)
     reporter.log(f"{len(train_rows)} training trajectories ({dict(sources)}), {len(eval_rows)} held out")
 
-    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(config.base_model))
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(local.base_model))
     trajectories = [
         (row["prompt"], row["completions"], [int(bool(label)) for label in row["labels"]]) for row in train_rows
     ]
     examples = training_examples(
         tokenizer, trajectories, config.step_separator, config.max_length, [row_tools(row) for row in train_rows]
     )
-    head = train_step_head(config, tokenizer, examples, id2label=ID2LABEL, style=style, reporter=reporter)
+    head = train_step_head(local, tokenizer, examples, id2label=ID2LABEL, style=style, reporter=reporter)
     model = save_head(head, config)
     model.eval()
 

@@ -87,6 +87,7 @@ from reward_models.common import (
     trained_model,
     trainer_callback,
     trainer_precision_args,
+    with_local_base,
     write_manifest,
 )
 from reward_models.policy.turns import JUDGE_LAYOUTS, judge_pair, text_pair
@@ -758,6 +759,7 @@ def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, An
         reporter.log(f"{config.output_dir} already holds this reward model; not training again")
         return finished
     precision = resolve_precision(config.precision)
+    local = with_local_base(config)  # a hub id read from the local cache
     rows = read_rows(config.data_path)
     if not rows:
         raise ConfigError("data_path", "holds no rows")
@@ -774,7 +776,7 @@ def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, An
         raise ConfigError("data_path", "leaves no comparisons to train on after the held-out split and dropped ties")
     from accelerate import PartialState
 
-    tokenizer = load_tokenizer(config.base_model)
+    tokenizer = load_tokenizer(local.base_model)
     train = _encode_rows(tokenizer, train_rows, config.max_length)
     evaluation = _encode_rows(tokenizer, eval_rows, config.max_length)
     reporter.log(
@@ -789,7 +791,7 @@ def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, An
             reporter.log(f"member {member}: already trained")
             records.append(json.loads(member_file.read_text()))
             continue
-        record, resume = _train_member(config, member, train, evaluation, tokenizer, precision, reporter)
+        record, resume = _train_member(local, member, train, evaluation, tokenizer, precision, reporter)
         records.append(record)
         resumed_from = resumed_from or resume
 

@@ -48,6 +48,7 @@ from reward_models.common import (
     row_tools,
     rows_error,
     split_by_task,
+    with_local_base,
     write_manifest,
 )
 from reward_models.conversation import Message
@@ -285,6 +286,7 @@ def main(config: ValueConfig, reporter: Reporter | None = None) -> dict[str, Any
     if finished is not None:
         reporter.log(f"{config.output_dir} already holds this model; nothing to do")
         return finished
+    local = with_local_base(config)  # a hub id read from the local cache
     rows = read_rows(config.data_path)
     if problems := row_problems(rows, config):
         raise rows_error(problems, len(rows))
@@ -297,13 +299,13 @@ def main(config: ValueConfig, reporter: Reporter | None = None) -> dict[str, Any
         raise ConfigError("data_path", "has no training rows after the held-out split")
     reporter.log(f"{len(train_rows)} training trajectories, {len(eval_rows)} held out")
 
-    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(config.base_model))
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(local.base_model))
     trajectories = [(row["prompt"], row["completions"], row["returns"]) for row in train_rows]
     examples = training_examples(
         tokenizer, trajectories, config.step_separator, config.max_length, [row_tools(row) for row in train_rows]
     )
     head = train_step_head(
-        config,
+        local,
         tokenizer,
         examples,
         id2label=ID2LABEL,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ from reward_models.common import (
     finished_summary,
     first_process,
     fresh_accelerator,
+    model_directory,
     require,
     resolve_precision,
     write_manifest,
@@ -86,6 +86,13 @@ class PolicyTrainConfig:
     eval_samples: int = field(
         default=1, metadata={"help": "Sampled episodes per held-out task (more: a smaller standard error)."}
     )
+    generation_batch_size: int = field(
+        default=256,
+        metadata={
+            "help": "Episodes whose turns are generated together, in rollouts and evaluation; lower it when "
+            "generation runs out of memory (the KV cache grows with it)."
+        },
+    )
     eval_base: bool = field(
         default=True,
         metadata={"help": "Also evaluate the starting policy (off when its figures are known: a loop's last round)."},
@@ -95,7 +102,7 @@ class PolicyTrainConfig:
         require(bool(self.policy_path), "policy_path", "is required")
         require(bool(self.output_dir), "output_dir", "is required")
         require(0 < self.learning_rate < 1, "learning_rate", "must be between 0 and 1")
-        for name in ("max_steps", "batch_size", "save_steps", "logging_steps", "lora_r"):
+        for name in ("max_steps", "batch_size", "save_steps", "logging_steps", "lora_r", "generation_batch_size"):
             require(getattr(self, name) > 0, name, "must be positive")
         require(self.max_seconds >= 0, "max_seconds", "must be 0 (no limit) or positive")
         require(self.precision in PRECISIONS, "precision", f"must be one of {', '.join(PRECISIONS)}")
@@ -146,12 +153,20 @@ def load_policy_model(
     trainable: bool = True,
     device: str | None = None,
     field_name: str = "policy_path",
+    dropout: bool = True,
+    precision: str = "fp32",
 ) -> PolicyModel:
     """A policy directory, loaded offline, with fp32 weights (accelerate's mixed precision computes in bf16/fp16).
     A trainable one is optionally wrapped in LoRA adapters; a frozen one (`trainable=False`, a reference) is in eval
     mode, and run under the same `accelerator.autocast()` as the policy it has the policy's numerics exactly (a
     reference kept in bf16 disagreed with the unchanged policy by 0.02 nats of KL on a GPU). A directory that is not
-    a model is a `ConfigError` on `field_name`."""
+    a model is a `ConfigError` on `field_name`. `dropout=False` switches the checkpoint's dropout off
+    (`disable_dropout`), as online RL needs.
+
+    With LoRA and a resolved `precision` of bf16 or fp16, the frozen base weights are kept in that precision (half
+    the memory) and only the adapters in fp32, which is safe since the optimiser never updates the base; its
+    reference, the same model with the adapters off, then computes exactly as the policy. Weights the optimiser
+    updates stay fp32."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -159,47 +174,36 @@ def load_policy_model(
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    dtype = torch.float32
+    if trainable and use_lora:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
     if device is not None:
         model = model.to(device)
     if trainable and use_lora:
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=lora_r, lora_alpha=2 * lora_r))
+    if not dropout:
+        disable_dropout(model)
     if not trainable:
         model.eval().requires_grad_(False)
     return PolicyModel(model, tokenizer, read_policy_settings(path))
 
 
-# A Hugging Face hub id: "name" or "owner/name", letters, digits and -_. only, not a path that exists.
-HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Switch every dropout off for good, in training mode too: each `nn.Dropout` (GPT-2's residual, embedding and
+    attention dropout, LoRA's) and each attention module's `attention_dropout` (Llama- and Qwen-style attention
+    applies it itself while training). Online RL needs this: the log-probabilities of its update pass must be those of
+    the function the rollouts sampled from (the importance ratio is 1 before the first step), and a critic's values
+    those it will be trained towards. Training mode stays, so activation checkpointing still works."""
+    import torch
 
-
-def model_directory(name: str | Path, field_name: str) -> Path:
-    """The local directory of the model `name`: a model directory as it is, or a hub id ("Qwen/Qwen2.5-0.5B")
-    read from the local Hugging Face cache, never downloaded. Anything else, or a hub id that is not in the cache,
-    is a `ConfigError` on `field_name` that says what to do."""
-    path = Path(name)
-    if (path / "config.json").is_file():
-        return path
-    text = str(name)
-    if path.exists() or not HUB_ID.fullmatch(text) or text.startswith("."):
-        raise ConfigError(field_name, f"{text} is not a model directory: it has no config.json")
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    try:
-        cached = Path(snapshot_download(text, local_files_only=True))
-    except LocalEntryNotFoundError:
-        raise ConfigError(
-            field_name,
-            f"{text} is neither a model directory nor a model in the local Hugging Face cache; Tandem never "
-            f"downloads one: fetch it where there is network access (huggingface-cli download {text}) into the "
-            "cache this machine reads (HF_HOME), or name its directory",
-        ) from None
-    if not (cached / "config.json").is_file():
-        raise ConfigError(field_name, f"{text} is in the Hugging Face cache without a config.json: not a model")
-    return cached
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
 
 
 def environment_factory(config: PolicyTrainConfig) -> Callable[[], Environment]:
@@ -267,7 +271,11 @@ def evaluate_policy(
     seeds = list(factory().eval_seeds())[: config.eval_tasks]
     padding_side = tokenizer.padding_side  # generation pads on the left; trainers may pad on the right
     policy = LocalCausalLMPolicy.from_model(
-        model, tokenizer, history_window=settings["history_window"], max_new_tokens=settings["max_new_tokens"]
+        model,
+        tokenizer,
+        history_window=settings["history_window"],
+        max_new_tokens=settings["max_new_tokens"],
+        batch_size=config.generation_batch_size,
     )
     try:
         greedy = evaluate_success(
@@ -361,13 +369,19 @@ def prompt_steps(prompt: Sequence[Message]) -> int:
 
 
 def episode_encodings(
-    tokenizer: PreTrainedTokenizerBase, episode: Episode, history_window: int | None
+    tokenizer: PreTrainedTokenizerBase, episode: Episode, history_window: int | None, *, max_prompt_tokens: int = 0
 ) -> list[TurnEncoding]:
     """Every turn of a rollout's episode as the policy saw it (`turns.encode_conversation`, with the episode's
     tools) and wrote it: each completion is the token ids generation produced where the step kept them (decoding
     and re-encoding a sampled completion need not give the same tokens back: a special token the text drops, for
-    one)."""
-    encodings = encode_conversation(tokenizer, episode.conversation(), episode.tools or None, history_window)
+    one). `max_prompt_tokens` cuts the prompts as the policy's generation cut them (`turns.cut_prompt`)."""
+    encodings = encode_conversation(
+        tokenizer,
+        episode.conversation(),
+        episode.tools or None,
+        history_window,
+        max_prompt_tokens=max_prompt_tokens,
+    )
     return [
         TurnEncoding(encoding.prompt_ids, list(step.token_ids)) if step.token_ids else encoding
         for encoding, step in zip(encodings, episode.steps, strict=True)

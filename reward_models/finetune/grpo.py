@@ -225,7 +225,11 @@ def first_step_accuracy(
     prompts = environment_prompts(config, tasks)
     padding_side = tokenizer.padding_side
     policy = LocalCausalLMPolicy.from_model(
-        model, tokenizer, history_window=settings["history_window"], max_new_tokens=settings["max_new_tokens"]
+        model,
+        tokenizer,
+        history_window=settings["history_window"],
+        max_new_tokens=settings["max_new_tokens"],
+        batch_size=config.generation_batch_size,
     )
     figures = {}
     try:
@@ -254,13 +258,15 @@ def first_step_preference_rows(
     malformed_per_task: int = 0,
     seed: int = 0,
     env_config: dict[str, Any] | None = None,
+    epsilon: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Oracle-labelled single-step comparisons in the `preference` export's conversational layout, for tests and
     benches of single-turn training: the prompt is a training task's instruction and first observation, chosen an
     optimal move and rejected a non-optimal one, each with the demonstrator's reasoning (the true offset to the
     goal). `malformed_per_task` more pairs reject an answer the environment cannot parse into a move (the reasoning
     alone, or the move without the ``action`` marker), as an annotator rejects an unusable answer: without them a
-    reward model never sees such text, and GRPO learned to drop the marker (measured; see the report)."""
+    reward model never sees such text, and GRPO learned to drop the marker (measured; see the report). With
+    probability `epsilon` a pair is labelled the wrong way round, as the other simulated annotators err."""
     from reward_models.envs.base import training_seeds
     from reward_models.envs.gridworld import ACTIONS, GridWorld
     from reward_models.policy.bootstrap import goal_reasoning
@@ -283,6 +289,8 @@ def first_step_preference_rows(
             good = rng.choice(best)
             malformed = rng.choice([reasoning, f"{reasoning} ; {rng.choice(ACTIONS)}"])
             pairs.append((env.message_for_action(good, reasoning), {"role": "assistant", "content": malformed}))
+        if epsilon > 0:
+            pairs = [(bad, good) if rng.random() < epsilon else (good, bad) for good, bad in pairs]
         for chosen, rejected in pairs:
             rows.append(
                 {

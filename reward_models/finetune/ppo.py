@@ -14,7 +14,8 @@ One iteration:
    ``reward_source="oracle"``, the environment's own rewards (the upper bound); minus ``kl_beta`` times the turn's
    KL to the reference. With ``kl_target`` the coefficient adapts (Ziegler et al. 2019).
 4. Values V(s_t) before each turn from the critic, GAE over the episode's turns (``gamma``, ``lam``), advantages
-   whitened over the batch.
+   whitened over the batch. An episode the turn cap (``max_turns``) cut short is not finished: its last turn
+   bootstraps from the critic's value of the state after it (`ppo_rewards.episode_values`).
 5. ``ppo_epochs`` passes over the turns in shuffled minibatches of ``batch_size`` turns: the clipped surrogate with a
    per-token ratio (each token of a turn carries the turn's advantage; the loss is the mean over completion tokens),
    and over the critic's step windows the clipped value loss. Observation, tool-result, instruction and padding tokens
@@ -24,11 +25,15 @@ The critic: the `reward_models.value` critic in ``value_critic_path``, or, witho
 weights with a fresh one-output head (a separate model: policy and critic share no parameters, so the value loss never
 moves the policy). It is saved beside the policy as ``value_critic/``, a directory `load_value_critic` reads.
 
-Keeping the best policy. Policy gradient on a learned reward model can climb and then drift (the issue's prototype
-reached 77.5 % and fell back), so at every checkpoint the policy is scored on ``selection_tasks`` training tasks that
-no rollout uses (greedy and sampled success, averaged; the environment's own success signal, never the held-out
-tasks), the starting policy included, and the best one is the result; ``selection_tasks=0`` keeps the last. The
-summary gives the selected iteration and, when it is not the last, the last policy's held-out success too.
+Keeping the best policy. Policy gradient on a learned reward model can climb and then drift, so at every checkpoint
+the policy is scored on ``selection_tasks`` training tasks that no rollout uses (greedy and sampled success,
+averaged; the environment's own success signal, never the held-out tasks), the starting policy included, and the best
+one is the result; ``selection_tasks=0`` keeps the last. The summary gives the selected iteration and, when it is not
+the last, the last policy's held-out success too. The selection reads the environment's true success, which a
+learned reward model does not; to compare PPO with methods that keep their last policy, set ``selection_tasks=0``.
+
+The critic and the policy run with dropout off throughout (`common.disable_dropout`): the update's log-probabilities
+are those the rollouts were sampled with, and the critic is fitted to the values it reported.
 
 Defaults suit the bootstrapped tiny gridworld policy on 2 CPU cores (a few minutes). For a 0.5-8B model on a GPU::
 
@@ -62,6 +67,7 @@ from reward_models.common import (
     checkpoint_dir,
     cli,
     require,
+    resolve_precision,
     seed_everything,
 )
 from reward_models.envs.base import training_seeds
@@ -69,6 +75,7 @@ from reward_models.finetune.common import (
     LOOP_STATE_FILE,
     PolicyTrainConfig,
     TurnBatch,
+    disable_dropout,
     environment_factory,
     episode_encodings,
     evaluate_base,
@@ -96,16 +103,13 @@ from reward_models.finetune.ppo_rewards import (
     RunningMoments,
     charge_invalid_turns,
     critic_forward,
-    critic_texts,
-    critic_values,
-    critic_windows,
+    episode_values,
     gae,
     load_critic,
     oracle_rewards,
     whiten,
 )
 from reward_models.policy.turns import TurnEncoding
-from reward_models.steps import step_style
 
 if TYPE_CHECKING:
     import torch
@@ -203,6 +207,13 @@ class PPOConfig(PolicyTrainConfig):
     rollouts_per_step: int = field(default=32, metadata={"help": "Episodes per iteration."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
     max_turns: int = field(default=100, metadata={"help": "Cap on turns per episode (the environment's comes first)."})
+    max_prompt_tokens: int = field(
+        default=4096,
+        metadata={
+            "help": "Longer prompts are cut to this many tokens, in the rollouts and the update alike: the system "
+            "turn stays and the oldest turns go first (0: never cut)."
+        },
+    )
 
     # Selection
     selection_tasks: int = field(
@@ -253,6 +264,7 @@ class PPOConfig(PolicyTrainConfig):
         require(self.entropy_coef >= 0, "entropy_coef", "must be 0 or positive")
         require(self.max_grad_norm > 0, "max_grad_norm", "must be positive")
         require(self.temperature > 0, "temperature", "must be positive")
+        require(self.max_prompt_tokens >= 0, "max_prompt_tokens", "must be 0 (never cut) or positive")
         require(self.selection_tasks >= 0, "selection_tasks", "must be 0 (keep the last policy) or positive")
         require(
             ROLLOUT_SEEDS + self.max_steps * self.rollouts_per_step <= SELECTION_SEEDS,
@@ -310,6 +322,8 @@ class PPORun:
             self.tokenizer,
             history_window=self.settings["history_window"],
             max_new_tokens=self.settings["max_new_tokens"],
+            batch_size=self.config.generation_batch_size,
+            max_prompt_tokens=self.config.max_prompt_tokens,
         )
 
     def rollouts(self, iteration: int) -> list[Episode]:
@@ -358,7 +372,9 @@ class PPORun:
         encodings = [
             encoding
             for episode in episodes
-            for encoding in episode_encodings(self.tokenizer, episode, self.settings["history_window"])
+            for encoding in episode_encodings(
+                self.tokenizer, episode, self.settings["history_window"], max_prompt_tokens=config.max_prompt_tokens
+            )
         ]
         self.model.eval()
         old, entropy = self.turn_logprobs(self.model, encodings)
@@ -383,24 +399,15 @@ class PPORun:
             cursor += len(turns)
 
         self.critic.eval()
-        critic = self.accelerator.unwrap_model(self.critic)
-        style = step_style(critic)
-        trajectories = [
-            critic_texts(self.critic_tokenizer, episode.conversation(), episode.tools or None, style)
-            for episode in episodes
-        ]
-        windows = critic_windows(critic, self.critic_tokenizer, trajectories)
-        values = critic_values(
-            self.critic,
-            windows,
-            [episode.length for episode in episodes],
-            self.critic_tokenizer.pad_token_id,
-            config.critic_batch_size,
+        values, last_values, windows = episode_values(
+            self.accelerator.unwrap_model(self.critic), self.critic_tokenizer, episodes, config.critic_batch_size
         )
         self.critic.train()
         advantages, returns = [], []
-        for episode_rewards, episode_values in zip(rewards, values, strict=True):
-            episode_advantages, episode_returns = gae(episode_rewards, episode_values, config.gamma, config.lam)
+        for episode_rewards, before_turns, last_value in zip(rewards, values, last_values, strict=True):
+            episode_advantages, episode_returns = gae(
+                episode_rewards, before_turns, config.gamma, config.lam, last_value=last_value
+            )
             advantages += episode_advantages
             returns.append(episode_returns)
         if config.whiten_advantages and len(advantages) > 1:
@@ -623,7 +630,10 @@ def setup_run(config: PPOConfig, reporter: Reporter) -> PPORun:
 
     seed_everything(config.seed)
     accelerator = make_accelerator(config)
-    loaded = load_policy_model(config.policy_path, use_lora=config.use_lora, lora_r=config.lora_r)
+    precision = resolve_precision(config.precision)
+    loaded = load_policy_model(
+        config.policy_path, use_lora=config.use_lora, lora_r=config.lora_r, dropout=False, precision=precision
+    )
     # With LoRA on the starting policy, the reference is the same model with its adapters off: no second copy.
     reference = None
     if not (config.use_lora and config.reference == config.policy_path):
@@ -633,16 +643,24 @@ def setup_run(config: PPOConfig, reporter: Reporter) -> PPORun:
             device=str(accelerator.device),
             field_name="reference_path",
         ).model
+    # Under LoRA the critic's base is frozen too, and kept in the training precision like the policy's; the adapters
+    # and the value head it trains stay fp32.
+    half = {"bf16": "bfloat16", "fp16": "float16"}.get(precision) if config.use_lora else None
     critic, critic_tokenizer = load_critic(
         config.value_critic_path or config.policy_path,
         config.critic_max_length,
         "value_critic_path" if config.value_critic_path else "policy_path",
+        dtype=half or "float32",
     )
     if config.use_lora:
         from peft import LoraConfig, TaskType, get_peft_model
 
         lora = LoraConfig(task_type=TaskType.TOKEN_CLS, r=config.lora_r, lora_alpha=2 * config.lora_r)
         critic = get_peft_model(critic, lora)
+        for parameter in critic.parameters():
+            if parameter.requires_grad:
+                parameter.data = parameter.data.float()
+    disable_dropout(critic)
     policy_optimizer = torch.optim.AdamW(
         [p for p in loaded.model.parameters() if p.requires_grad], lr=config.learning_rate, weight_decay=0.0
     )

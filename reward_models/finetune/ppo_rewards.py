@@ -71,20 +71,31 @@ def reward_model_inputs(episode: Episode, layout: str = "full") -> tuple[list[Me
 
 
 def critic_texts(
-    tokenizer: PreTrainedTokenizerBase, conversation: Conversation, tools: Sequence[dict] | None, style: str
+    tokenizer: PreTrainedTokenizerBase,
+    conversation: Conversation,
+    tools: Sequence[dict] | None,
+    style: str,
+    *,
+    after_last: bool = False,
 ) -> tuple[str, list[str]]:
     """The text prompt and one piece per step for reading V before each decision: the prompt followed by pieces
     ``0..t`` is the conversation up to where decision ``t`` starts, rendered as the policy's prompt for it by the
     chat template with the tools (the conversational style), or as the transcript ending in ``Assistant:`` (text;
-    the form `text_steps` gives the judges, cut one decision earlier)."""
+    the form `text_steps` gives the judges, cut one decision earlier). With `after_last`, one more piece reads V
+    after the last step's replies: where the next decision would start, the value an episode cut short by a turn
+    cap bootstraps from."""
     steps = range(conversation.num_steps)
     if style == "text":
         renders = [transcript(conversation.messages[:1])]
         renders += [transcript(conversation.before_step(step)) + "\nAssistant:" for step in steps]
+        if after_last:
+            renders.append(transcript(conversation.messages) + "\nAssistant:")
     else:
         offered = list(tools) if tools else None
         renders = [tokenizer.apply_chat_template(conversation.prompt, tools=offered, tokenize=False)]
         renders += [render_prompt(tokenizer, conversation.before_step(step), tools) for step in steps]
+        if after_last:
+            renders.append(render_prompt(tokenizer, conversation.messages, tools))
     for index in range(1, len(renders)):
         if not renders[index].startswith(renders[index - 1]):
             raise ValueError("the chat template renders an earlier turn differently as the conversation goes on")
@@ -260,10 +271,14 @@ class CriticWindow:
     steps: list[int]
 
 
-def load_critic(path: str, step_max_length: int, field_name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_critic(
+    path: str, step_max_length: int, field_name: str, *, dtype: str = "float32"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A trainable value critic: the one in `path` when it is a per-step head (a `reward_models.value` run),
     otherwise the causal LM in `path` (the policy) with a fresh one-output head, reading the step's last token, in
-    the conversational style when the tokenizer has a chat template."""
+    the conversational style when the tokenizer has a chat template. Its weights are loaded in `dtype` (bfloat16
+    or float16 only for a critic whose base stays frozen under LoRA)."""
+    import torch
     from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
 
     from reward_models.common import ConfigError
@@ -277,7 +292,12 @@ def load_critic(path: str, step_max_length: int, field_name: str) -> tuple[PreTr
     if is_head and config.num_labels != 1:
         raise ConfigError(field_name, f"{path} has {config.num_labels} outputs; a value critic has one")
     model = AutoModelForTokenClassification.from_pretrained(
-        path, local_files_only=True, num_labels=1, id2label={0: "value"}, label2id={"value": 0}
+        path,
+        local_files_only=True,
+        num_labels=1,
+        id2label={0: "value"},
+        label2id={"value": 0},
+        dtype=getattr(torch, dtype),
     )
     tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(path, local_files_only=True))
     if not is_head:
@@ -302,6 +322,45 @@ def critic_windows(
         for index, (prompt, pieces) in enumerate(trajectories)
         for window in text_windows(tokenizer, prompt, pieces, separator, max_length)
     ]
+
+
+def episode_values(
+    critic: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    episodes: Sequence[Episode],
+    batch_size: int,
+) -> tuple[list[list[float]], list[float], list[CriticWindow]]:
+    """V before each turn of every episode; the value each episode's GAE bootstraps from after its last turn (V of
+    the state after it for an episode the turn cap cut short, 0 for one the environment ended); and the windows the
+    critic trains on, which read only the turns (the returns are its targets there). `critic` is the unwrapped
+    model; its forward runs without gradients."""
+    from reward_models.steps import step_style
+
+    style = step_style(critic)
+    trajectories = [
+        critic_texts(tokenizer, episode.conversation(), episode.tools or None, style, after_last=episode.truncated)
+        for episode in episodes
+    ]
+    windows = critic_windows(critic, tokenizer, trajectories)
+    read = critic_values(
+        critic,
+        windows,
+        [episode.length + int(episode.truncated) for episode in episodes],
+        tokenizer.pad_token_id,
+        batch_size,
+    )
+    values = [episode_read[: episode.length] for episode_read, episode in zip(read, episodes, strict=True)]
+    last_values = [
+        episode_read[episode.length] if episode.truncated else 0.0
+        for episode_read, episode in zip(read, episodes, strict=True)
+    ]
+    training_windows = []
+    for window in windows:
+        kept = [k for k, step in enumerate(window.steps) if step < episodes[window.episode].length]
+        if kept:
+            positions, steps = [window.positions[k] for k in kept], [window.steps[k] for k in kept]
+            training_windows.append(CriticWindow(window.episode, window.input_ids, positions, steps))
+    return values, last_values, training_windows
 
 
 def critic_forward(model: PreTrainedModel, windows: Sequence[CriticWindow], pad_token_id: int) -> torch.Tensor:

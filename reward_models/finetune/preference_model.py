@@ -67,6 +67,7 @@ from reward_models.common import (
     rows_error,
     split_by_task,
     trained_model,
+    with_local_base,
     write_manifest,
 )
 from reward_models.policy.turns import JUDGE_LAYOUTS, judge_pair
@@ -369,6 +370,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
         reporter.log(f"{config.output_dir} already holds this preference model; not training again")
         return finished
     precision = resolve_precision(config.precision)
+    local = with_local_base(config)  # a hub id read from the local cache
     rows = read_rows(config.data_path)
     if not rows:
         raise ConfigError("data_path", "holds no rows")
@@ -383,7 +385,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     if not train_rows:
         raise ConfigError("data_path", "leaves no comparisons to train on after the held-out split and dropped ties")
 
-    tokenizer = load_tokenizer(config.base_model)
+    tokenizer = load_tokenizer(local.base_model)
 
     def encoded(row: Mapping[str, Any], side: str) -> list[int]:
         prompt, completion = judge_pair(row["prompt"], row[side], config.layout)
@@ -400,7 +402,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     accelerator = fresh_accelerator(precision)
     torch.manual_seed(config.seed)
     model = AutoModelForSequenceClassification.from_pretrained(
-        config.base_model, num_labels=1 + 2 * config.skew_dims, local_files_only=True
+        local.base_model, num_labels=1 + 2 * config.skew_dims, local_files_only=True
     )
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from reward_models.conversation import message_tool_calls
-from reward_models.policy.turns import Message, render_prompt
+from reward_models.policy.turns import Message, cut_prompt, render_prompt
 
 
 @dataclass
@@ -58,11 +58,13 @@ class Policy(Protocol):
 
 
 class BatchedPolicy:
-    """`act` for a local model's policies: each conversation rendered with the tokenizer's chat template, then
-    `_generate` on `batch_size` prompts at a time, seeded by the batch's offset."""
+    """`act` for a local model's policies: each conversation rendered with the tokenizer's chat template and
+    tokenized (cut to `max_prompt_tokens` by `turns.cut_prompt` when that is set), then `_generate` on `batch_size`
+    prompts at a time, seeded by the batch's offset."""
 
     tokenizer: Any
     batch_size: int
+    max_prompt_tokens: int = 0
 
     def act(
         self,
@@ -76,17 +78,38 @@ class BatchedPolicy:
         if not greedy and temperature <= 0:
             raise ValueError(f"temperature must be positive when sampling, got {temperature}")
         tools = tools if tools is not None else [None] * len(conversations)
-        prompts = [
+        rendered = [
             render_prompt(self.tokenizer, conversation, offered)
             for conversation, offered in zip(conversations, tools, strict=True)
         ]
+        prompts = self.tokenizer(rendered, add_special_tokens=False)["input_ids"] if rendered else []
+        if self.max_prompt_tokens:
+            prompts = [
+                cut_prompt(self.tokenizer, conversation, offered, ids, self.max_prompt_tokens)
+                for conversation, offered, ids in zip(conversations, tools, prompts, strict=True)
+            ]
         decisions: list[Decision] = []
         for start in range(0, len(prompts), self.batch_size):
             decisions += self._generate(prompts[start : start + self.batch_size], greedy, temperature, seed + start)
         return decisions
 
-    def _generate(self, prompts: list[str], greedy: bool, temperature: float, seed: int) -> list[Decision]:
+    def _generate(self, prompts: list[list[int]], greedy: bool, temperature: float, seed: int) -> list[Decision]:
+        """One decision per prompt (token ids, unpadded)."""
         raise NotImplementedError
+
+    def left_padded(self, prompts: Sequence[Sequence[int]], device: Any) -> dict[str, Any]:
+        """`input_ids` and `attention_mask` of `prompts` padded on the left, on `device`."""
+        import torch
+
+        width = max(len(ids) for ids in prompts)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            if ids:
+                input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+                attention_mask[row, width - len(ids) :] = 1
+        return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
 
 
 def load_policy(spec: dict[str, Any]) -> Policy:

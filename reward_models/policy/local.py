@@ -33,9 +33,14 @@ class LocalCausalLMPolicy(BatchedPolicy):
         *,
         max_new_tokens: int | None = None,
         batch_size: int = 256,
+        max_prompt_tokens: int = 0,
+        prefill_tokens: int = 4096,
     ) -> None:
         """The history window and token budget come from the directory's ``tandem_policy.json`` (see
-        ``reward_models.policy.model``); ``max_new_tokens`` overrides the latter."""
+        ``reward_models.policy.model``); ``max_new_tokens`` overrides the latter. ``batch_size`` conversations are
+        generated at once; ``max_prompt_tokens`` cuts longer prompts (`turns.cut_prompt`; 0: never); the prompts are
+        read in chunks of about ``prefill_tokens`` tokens over the batch, so that reading them never holds more
+        activations than that (the KV cache, which generation needs anyway, is the rest)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -50,6 +55,8 @@ class LocalCausalLMPolicy(BatchedPolicy):
             history_window=settings["history_window"],
             max_new_tokens=max_new_tokens or settings["max_new_tokens"],
             batch_size=batch_size,
+            max_prompt_tokens=max_prompt_tokens,
+            prefill_tokens=prefill_tokens,
         )
 
     @classmethod
@@ -61,11 +68,19 @@ class LocalCausalLMPolicy(BatchedPolicy):
         history_window: int | None,
         max_new_tokens: int,
         batch_size: int = 256,
+        max_prompt_tokens: int = 0,
+        prefill_tokens: int = 4096,
     ) -> LocalCausalLMPolicy:
         """Wrap a model already in memory (a trainer evaluating its own policy) without a save and reload."""
         policy = cls.__new__(cls)
         policy._setup(
-            model, tokenizer, history_window=history_window, max_new_tokens=max_new_tokens, batch_size=batch_size
+            model,
+            tokenizer,
+            history_window=history_window,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            max_prompt_tokens=max_prompt_tokens,
+            prefill_tokens=prefill_tokens,
         )
         return policy
 
@@ -77,9 +92,15 @@ class LocalCausalLMPolicy(BatchedPolicy):
         history_window: int | None,
         max_new_tokens: int,
         batch_size: int,
+        max_prompt_tokens: int = 0,
+        prefill_tokens: int = 4096,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if max_prompt_tokens < 0:
+            raise ValueError(f"max_prompt_tokens must be 0 (no cut) or positive, got {max_prompt_tokens}")
+        if prefill_tokens < 1:
+            raise ValueError(f"prefill_tokens must be at least 1, got {prefill_tokens}")
         self.model = model
         self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
@@ -91,37 +112,44 @@ class LocalCausalLMPolicy(BatchedPolicy):
         self.history_window = history_window
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
+        self.max_prompt_tokens = max_prompt_tokens
+        self.prefill_tokens = prefill_tokens
 
-    def _generate(self, prompts: list[str], greedy: bool, temperature: float, seed: int) -> list[Decision]:
+    def _generate(self, prompts: list[list[int]], greedy: bool, temperature: float, seed: int) -> list[Decision]:
         import torch
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
 
         was_training = self.model.training
         self.model.eval()
         device = self.model.device
-        batch = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        batch = self.left_padded(prompts, device)
+        recorder = ChosenTokenLogprobs()
         generation_config = GenerationConfig(
             max_new_tokens=self.max_new_tokens,
             do_sample=not greedy,
             temperature=None if greedy else temperature,
             # 0 and 1.0 switch off the top-k/top-p filters that a model's generation_config or transformers'
-            # defaults (top_k=50) would otherwise apply; None would let those through.
+            # defaults (top_k=50) would otherwise apply; None would let those through. A checkpoint's repetition
+            # penalty (Qwen ships 1.05) is switched off too: the policy samples from its own distribution, the one
+            # whose log-probabilities trainers compute.
             top_k=None if greedy else 0,
             top_p=None if greedy else 1.0,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            # Prompts read a chunk of positions at a time (the same result: each chunk attends to the cache).
+            prefill_chunk_size=max(8, self.prefill_tokens // len(prompts)),
             pad_token_id=self.pad_token_id,
             eos_token_id=self.tokenizer.eos_token_id,
-            return_dict_in_generate=True,
-            output_logits=True,
         )
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.inference_mode():
             torch.manual_seed(seed)
-            output = self.model.generate(**batch, generation_config=generation_config)
+            sequences = self.model.generate(
+                **batch, generation_config=generation_config, logits_processor=LogitsProcessorList([recorder])
+            )
+            generated = sequences[:, batch["input_ids"].shape[1] :]
+            token_logprobs = recorder.finish(generated)
         self.model.train(was_training)
 
-        generated = output.sequences[:, batch["input_ids"].shape[1] :]
-        # Raw logits, not the warped scores: the logprob is under the model itself, whatever the temperature.
-        logprobs = torch.stack(output.logits, dim=1).float().log_softmax(dim=-1)
-        token_logprobs = logprobs.gather(-1, generated.unsqueeze(-1)).squeeze(-1)
         # Tokens up to and including the first end-of-sequence; after it generate() only pads.
         is_eos = generated == self.tokenizer.eos_token_id
         finished_before = (is_eos.cumsum(dim=1) - is_eos.long()) > 0
@@ -146,3 +174,36 @@ def generated_logprob(model: PreTrainedModel, prompt_ids: list[int], completion_
     logits = model(input_ids=input_ids).logits[0, len(prompt_ids) - 1 : -1].float()
     targets = input_ids[0, len(prompt_ids) :]
     return logits.log_softmax(dim=-1).gather(-1, targets.unsqueeze(-1)).sum()
+
+
+class ChosenTokenLogprobs:
+    """A logits processor that records the log-probability of each token `generate` chooses, under the model's own
+    logits (before temperature or any filter), and keeps nothing else.
+
+    Asking `generate` for its logits instead keeps a float for every vocabulary entry at every step of every row: at
+    a 152k vocabulary, 32 rows and 256 new tokens that is 5 GB, more than a 0.5B model's weights. This holds one
+    step's log-probabilities at a time. It must see the raw logits, so it runs where transformers puts custom
+    processors: after the logits-changing processors (none of which `LocalCausalLMPolicy` enables) and before the
+    temperature and the sampling filters.
+    """
+
+    def __init__(self) -> None:
+        self._previous: torch.Tensor | None = None
+        self._chosen: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self._previous is not None:
+            self._chosen.append(self._previous.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self._previous = scores.float().log_softmax(dim=-1)
+        return scores
+
+    def finish(self, generated: torch.Tensor) -> torch.Tensor:
+        """The log-probability of every generated token (rows x new tokens), the last one included."""
+        import torch
+
+        if self._previous is not None:
+            self._chosen.append(self._previous.gather(-1, generated[:, -1:]).squeeze(-1))
+            self._previous = None
+        if not self._chosen:
+            return generated.new_zeros(generated.shape, dtype=torch.float32)
+        return torch.stack(self._chosen, dim=1)

@@ -123,12 +123,15 @@ def encode_conversation(
     history_window: int | None,
     start: int = 0,
     stop: int | None = None,
+    *,
+    max_prompt_tokens: int = 0,
 ) -> list[TurnEncoding]:
     """`encode_turns` of the steps `start` to `stop` of a trajectory conversation, each as the policy saw and wrote
-    it: the prompt rendered with the task's `tools`, the completion its assistant message. Observations and tool
-    results are always prompt tokens, so a trainer's loss on the completions is on the assistant's own tokens only."""
+    it: the prompt rendered with the task's `tools` (cut to `max_prompt_tokens` as `cut_prompt` cuts it, when that
+    is set), the completion its assistant message. Observations and tool results are always prompt tokens, so a
+    trainer's loss on the completions is on the assistant's own tokens only."""
     views, messages = turn_views(conversation, history_window, start, stop)
-    return encode_turns(tokenizer, views, messages, [tools] * len(views))
+    return encode_turns(tokenizer, views, messages, [tools] * len(views), max_prompt_tokens=max_prompt_tokens)
 
 
 def render_prompt(
@@ -167,9 +170,12 @@ def encode_turns(
     conversations: Sequence[Sequence[Message]],
     completions: Sequence[str | Message],
     tools: Sequence[Sequence[dict] | None] | None = None,
+    *,
+    max_prompt_tokens: int = 0,
 ) -> list[TurnEncoding]:
     """``encode_turn`` for many turns at once (one batched tokenizer call each for prompts and completions);
-    ``tools`` holds one list of tool schemas (or None) per conversation."""
+    ``tools`` holds one list of tool schemas (or None) per conversation. With `max_prompt_tokens`, each prompt is
+    cut to that many tokens by `cut_prompt`."""
     if len(conversations) != len(completions):
         raise ValueError(f"got {len(conversations)} conversations but {len(completions)} completions")
     tools = tools if tools is not None else [None] * len(conversations)
@@ -181,11 +187,57 @@ def encode_turns(
         for messages, completion, offered, prompt in zip(conversations, completions, tools, prompts, strict=True)
     ]
     prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    if max_prompt_tokens:
+        prompt_ids = [
+            cut_prompt(tokenizer, messages, offered, ids, max_prompt_tokens)
+            for messages, offered, ids in zip(conversations, tools, prompt_ids, strict=True)
+        ]
     completion_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     return [
         TurnEncoding(prompt_ids=prompt, completion_ids=completion + [tokenizer.eos_token_id])
         for prompt, completion in zip(prompt_ids, completion_ids, strict=True)
     ]
+
+
+def cut_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Message],
+    tools: Sequence[dict] | None,
+    prompt_ids: list[int],
+    max_tokens: int,
+) -> list[int]:
+    """A rendered prompt's token ids (`prompt_ids`, of ``render_prompt(tokenizer, messages, tools)``) in at most
+    `max_tokens` tokens: whole when they fit, otherwise the leading system turn (with the tools the template writes
+    into it) and then the most recent tokens, cut from the left. A long conversation loses its oldest turns first,
+    and the system turn and the end of the prompt, where the assistant's answer starts, stay. Generation and the
+    trainers' encodings cut alike, so a trainer scores the prompt the policy was given."""
+    if not max_tokens or len(prompt_ids) <= max_tokens:
+        return list(prompt_ids)
+    head = _system_turn_tokens(tokenizer, messages, tools, prompt_ids)
+    head = head if head < max_tokens else 0
+    return list(prompt_ids[:head]) + list(prompt_ids[len(prompt_ids) - (max_tokens - head) :])
+
+
+def _system_turn_tokens(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Message],
+    tools: Sequence[dict] | None,
+    prompt_ids: list[int],
+) -> int:
+    """How many of `prompt_ids` render the conversation's leading system messages (0 without any, or when the
+    template does not render them as a prefix of the prompt)."""
+    leading = 0
+    while leading < len(messages) and messages[leading].get("role") == "system":
+        leading += 1
+    if not leading:
+        return 0
+    if tokenizer.chat_template:
+        offered = list(tools) if tools else None
+        text = tokenizer.apply_chat_template(list(messages[:leading]), tools=offered, tokenize=False)
+    else:
+        text = transcript(messages[:leading])
+    head = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return len(head) if list(prompt_ids[: len(head)]) == head else 0
 
 
 def completion_text(

@@ -325,18 +325,10 @@ def test_max_seconds_stops_a_loop_and_a_trainer_once_the_time_is_up(tmp_path):
 def test_a_policy_is_named_by_its_directory_or_by_a_hub_id_read_from_the_local_cache(
     tiny_policy_dir, tmp_path, monkeypatch
 ):
-    import shutil
-
-    from huggingface_hub import constants
-
     from reward_models.finetune.common import model_directory
+    from tests.reward_models.conftest import in_hub_cache
 
-    cache = tmp_path / "hub"
-    snapshot = cache / "models--tandem-test--tiny" / "snapshots" / "0123abcd"
-    shutil.copytree(tiny_policy_dir, snapshot)
-    (cache / "models--tandem-test--tiny" / "refs").mkdir()
-    (cache / "models--tandem-test--tiny" / "refs" / "main").write_text("0123abcd")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    snapshot = in_hub_cache(tiny_policy_dir, "tandem-test/tiny", tmp_path / "hub", monkeypatch)
 
     assert model_directory(tiny_policy_dir, "policy_path") == tiny_policy_dir
     assert model_directory("tandem-test/tiny", "policy_path") == snapshot
@@ -349,3 +341,22 @@ def test_a_policy_is_named_by_its_directory_or_by_a_hub_id_read_from_the_local_c
     )
     with pytest.raises(ConfigError, match="is not a model directory: it has no config.json"):
         model_directory(tmp_path, "base_model")
+
+
+def test_under_lora_the_frozen_base_is_kept_in_the_training_precision_and_the_adapters_in_fp32(tiny_policy_dir):
+    full = load_policy_model(tiny_policy_dir, precision="bf16")
+    assert {p.dtype for p in full.model.parameters()} == {torch.float32}  # what the optimiser updates stays fp32
+    lora = load_policy_model(tiny_policy_dir, use_lora=True, precision="bf16")
+    frozen = {p.dtype for p in lora.model.parameters() if not p.requires_grad}
+    trained = {p.dtype for p in lora.model.parameters() if p.requires_grad}
+    assert frozen == {torch.bfloat16} and trained == {torch.float32}
+    input_ids = torch.tensor([lora.tokenizer("goal is up 1 ; action up")["input_ids"]])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = lora.model(input_ids=input_ids).logits
+        with lora.model.disable_adapter():
+            reference = lora.model(input_ids=input_ids).logits
+    # LoRA starts as the identity: its reference (the adapters off) computes exactly as the policy.
+    assert torch.isfinite(logits).all() and torch.equal(logits, reference)
+    (logits.float().logsumexp(-1).sum()).backward()
+    adapters = [p for name, p in lora.model.named_parameters() if "lora_B" in name]
+    assert adapters and all(p.grad is not None and p.grad.dtype == torch.float32 for p in adapters)

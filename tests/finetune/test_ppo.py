@@ -3,8 +3,10 @@ training, the clipped loss on the policy's own tokens only, checkpoints and resu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +21,9 @@ from reward_models.finetune.ppo_rewards import (
     RunningMoments,
     charge_invalid_turns,
     critic_texts,
+    episode_values,
     gae,
+    load_critic,
     reward_model_inputs,
 )
 from reward_models.oracle_data import build_tiny_base, preference_rows, scripted_episodes, stepwise_rows, write_jsonl
@@ -198,6 +202,24 @@ def test_the_critic_reads_each_step_before_its_decision(tiny_policy_dir):
         assert upto.endswith(f"<user> {EPISODE_OBSERVATIONS[step]} <assistant>")
 
 
+@pytest.mark.parametrize("style", ["text", "conversational"])
+def test_an_episode_cut_by_the_turn_cap_bootstraps_from_the_critics_value_after_its_last_turn(tiny_policy_dir, style):
+    critic, tokenizer = load_critic(str(tiny_policy_dir), 256, "policy_path")
+    critic.config.step_style = style
+    critic.eval()
+    ended = dataclasses.replace(EPISODE, truncated=False)
+    cut = dataclasses.replace(EPISODE, steps=EPISODE.steps[:2], truncated=True)
+    values, last_values, windows = episode_values(critic, tokenizer, [ended, cut], batch_size=4)
+    # The state after the cut episode's last turn is the one before the ended episode's third decision.
+    assert last_values[1] == pytest.approx(values[0][2], abs=1e-5) and abs(last_values[1]) > 1e-3
+    assert values[1] == pytest.approx(values[0][:2], abs=1e-5)
+    assert last_values[0] == 0.0
+    # The critic trains on the turns only: the state after the last one has no return to fit.
+    assert sorted((w.episode, step) for w in windows for step in w.steps) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+    advantages, returns = gae([0.0, 1.0], values[1], gamma=0.9, lam=0.95, last_value=last_values[1])
+    assert returns[1] == pytest.approx(1.0 + 0.9 * values[0][2])
+
+
 def test_running_moments_match_the_statistics_of_everything_seen():
     moments = RunningMoments()
     values = [0.5, -1.0, 2.0, 3.5, 0.0, 1.25, -2.5]
@@ -308,6 +330,25 @@ def test_observation_tokens_get_no_gradient_in_the_ppo_update(tiny_policy_dir, j
             predicts_completion[row, prompt_lengths[tuple(ids[:length])] - 1 : length - 1] = True
         assert gradient[~predicts_completion].max() == 0
         assert gradient[predicts_completion].gt(0).float().mean() > 0.5
+
+
+def test_the_update_passes_run_without_dropout_so_the_first_ratio_is_one(tiny_policy_dir, tmp_path):
+    # A checkpoint that trained with dropout keeps it in its config; PPO must switch it off in the policy it updates
+    # and the critic it fits, or the update's log-probabilities are not those the rollouts sampled from.
+    policy_dir = tmp_path / "with-dropout"
+    shutil.copytree(tiny_policy_dir, policy_dir)
+    settings = json.loads((policy_dir / "config.json").read_text())
+    (policy_dir / "config.json").write_text(json.dumps({**settings, "attention_dropout": 0.5}))
+    for use_lora in (False, True):
+        run = setup_run(make_config(policy_dir, tmp_path / f"run-{use_lora}", use_lora=use_lora), RecordingReporter())
+        run.model.train()
+        run.critic.train()
+        input_ids = torch.tensor([run.tokenizer("goal is down 1 left 1 ; action right")["input_ids"]])
+        with torch.no_grad():
+            policy = [run.model(input_ids=input_ids).logits for _ in range(2)]
+            critic = [run.critic(input_ids=input_ids).logits for _ in range(2)]
+        assert torch.equal(*policy) and torch.equal(*critic)
+        assert run.model.training and run.critic.training
 
 
 def test_the_critic_update_fits_the_returns_of_its_batch(tiny_policy_dir, judges, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,34 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from reward_models.envs.gridworld import GridWorld  # noqa: E402
 from reward_models.policy.base import Decision, text_decision  # noqa: E402
 from tests.reward_models.tool_chat import tool_policy_dir  # noqa: E402, F401 (the tiny tool-calling chat policy)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread while a module runs: two OpenMP threads on a shared, loaded 2-core machine run a tiny model
+    far slower than one."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def in_hub_cache(model_dir: Path, repo_id: str, cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Put a copy of `model_dir` in a local Hugging Face cache at `cache`, as the model `repo_id` ("owner/name"),
+    and point the hub's cache there for the test; returns the snapshot's directory."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    folder = cache / f"models--{repo_id.replace('/', '--')}"
+    snapshot = folder / "snapshots" / "0123abcd"
+    shutil.copytree(model_dir, snapshot)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    return snapshot
 
 
 class OraclePolicy:

@@ -30,14 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL_GRID = {"size": 4, "max_steps": 6}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def critiques_path(tmp_path_factory) -> Path:
     episodes = scripted_episodes(12, per_task=2, seed=0, env_config=SMALL_GRID)

@@ -162,3 +162,40 @@ def test_the_actions_layout_keeps_a_turns_tool_calls_and_drops_its_reasoning():
     field = {**tool_chat.field_call("search", {"query": "k7"}), "content": "let me look"}
     assert action_only(field) == {**field, "content": ""}
     assert action_only({"role": "assistant", "content": "goal is up 1 ; action up"})["content"] == "action up"
+
+
+def test_a_long_prompt_is_cut_from_the_left_keeping_the_system_turn_in_generation_and_in_training(tool_policy_dir):
+    import torch
+
+    from reward_models.finetune.common import episode_encodings
+    from reward_models.policy import LocalCausalLMPolicy
+    from reward_models.policy.local import generated_logprob
+    from reward_models.policy.turns import cut_prompt, render_prompt
+    from tests.reward_models import tool_chat
+
+    episode = tool_chat.episode(3, 2)
+    conversation = episode.conversation()
+    policy = LocalCausalLMPolicy(tool_policy_dir, max_new_tokens=12)
+    tokenizer = policy.tokenizer
+    before_last = conversation.before_step(2)
+    full = tokenizer(render_prompt(tokenizer, before_last, tool_chat.TOOLS), add_special_tokens=False)["input_ids"]
+    system = tokenizer(
+        tokenizer.apply_chat_template(before_last[:1], tools=tool_chat.TOOLS, tokenize=False), add_special_tokens=False
+    )["input_ids"]
+    budget = len(system) + 20
+    assert len(full) > budget
+    cut = cut_prompt(tokenizer, before_last, tool_chat.TOOLS, full, budget)
+    assert len(cut) == budget and cut[: len(system)] == system and cut[len(system) :] == full[-20:]
+    assert cut_prompt(tokenizer, before_last, tool_chat.TOOLS, full, len(full)) == full
+    # Generation is given the cut prompt, and the trainers' encodings cut it alike: the log-probability a trainer
+    # recomputes is the one generation reported.
+    policy.max_prompt_tokens = budget
+    decision = policy.act([before_last], tools=[tool_chat.TOOLS], greedy=False, seed=1)[0]
+    rolled = tool_chat.episode(3, 2)
+    rolled.steps = rolled.steps[:3]
+    rolled.steps[2].token_ids = decision.token_ids
+    encoding = episode_encodings(tokenizer, rolled, None, max_prompt_tokens=budget)[2]
+    assert encoding.prompt_ids == cut
+    with torch.no_grad():
+        rescored = generated_logprob(policy.model, encoding.prompt_ids, encoding.completion_ids)
+    assert float(rescored) == pytest.approx(decision.logprob, abs=1e-3)

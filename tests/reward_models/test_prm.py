@@ -29,17 +29,6 @@ ACTION_UP = {"role": "assistant", "content": "action up"}
 FAST = {"batch_size": 8, "learning_rate": 5e-3, "logging_steps": 1, "save_steps": 1000, "max_length": 512}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Two OpenMP threads on a shared, loaded 2-core machine run a tiny model far slower than one.
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def episodes():
     return scripted_episodes(40, per_task=3, seed=0, env_config=SMALL_GRID)

@@ -18,23 +18,13 @@ from reward_models.oracle_data import preference_rows, scripted_episodes, write_
 from reward_models.policy.turns import text_pair
 from reward_models.reward import RewardConfig, evaluate, load_reward_model, main
 from tests.reward_models import tool_chat
+from tests.reward_models.conftest import in_hub_cache
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 # A small grid and a short step limit keep transcripts near 120 tokens, so a training step takes milliseconds.
 SMALL_GRID = {"size": 4, "max_steps": 6}
 # Settings under which the tiny model learns within a few dozen steps.
 FAST = {"batch_size": 8, "learning_rate": 5e-3, "logging_steps": 1, "save_steps": 1000}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Two OpenMP threads on a shared, loaded 2-core machine run a tiny model ~10x slower than one.
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -386,3 +376,18 @@ def test_a_reward_model_on_tool_calls_reads_rows_through_the_chat_template_with_
     assert with_tools != without
     with pytest.raises(ValueError, match="conversations"):
         model.score(["Add k7 quantity 2."], [" done"])
+
+
+def test_a_base_model_is_named_by_a_hub_id_read_from_the_local_cache_or_refused_saying_so(
+    rows, tiny_base_model, tmp_path, monkeypatch
+):
+    in_hub_cache(tiny_base_model, "tandem-test/base", tmp_path / "hub", monkeypatch)
+    few = write_jsonl(rows[:24], tmp_path / "few.jsonl")
+    config = make_config(few, "tandem-test/base", tmp_path / "rm", max_steps=2)
+    summary = main(config)
+    assert read_manifest(tmp_path / "rm")["config"]["base_model"] == "tandem-test/base"  # the name the user gave
+    assert summary["train_samples"] > 0
+    assert evaluate(load_reward_model(tmp_path / "rm"), held_out(rows[:24], config), config.ece_bins)["pairs"] > 0
+    with pytest.raises(ConfigError) as missing:
+        main(make_config(few, "tandem-test/not-cached", tmp_path / "rm2", max_steps=2))
+    assert missing.value.field == "base_model" and "huggingface-cli download" in str(missing.value)

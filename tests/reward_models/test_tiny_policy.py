@@ -77,6 +77,37 @@ def test_reported_logprob_is_the_models_logprob_of_the_encoded_completion(local_
             assert float(rescored) == pytest.approx(decision.logprob, abs=1e-3)
 
 
+def test_prompts_read_in_chunks_give_the_same_decisions_as_read_whole(local_policy):
+    conversations = gridworld_conversations(6, history_lengths=[0, 3, 1, 0, 2, 5])
+    settings = {"history_window": local_policy.history_window, "max_new_tokens": local_policy.max_new_tokens}
+    whole, chunked = (
+        LocalCausalLMPolicy.from_model(local_policy.model, local_policy.tokenizer, prefill_tokens=tokens, **settings)
+        for tokens in (100_000, 6 * 8)  # 8 positions of the 6 prompts at a time
+    )
+    for greedy in (True, False):
+        expected, got = (policy.act(conversations, greedy=greedy, seed=2) for policy in (whole, chunked))
+        assert [d.token_ids for d in got] == [d.token_ids for d in expected]
+        assert [d.logprob for d in got] == pytest.approx([d.logprob for d in expected], abs=1e-4)
+
+
+def test_a_checkpoints_own_sampling_settings_do_not_change_what_the_policy_samples_from(local_policy):
+    # Checkpoints ship generation settings (Qwen: repetition penalty 1.05, top-k 20, temperature 0.7); the policy
+    # must sample from, and report log-probabilities of, the model itself, which trainers then recompute.
+    conversations = gridworld_conversations(4, history_lengths=[0, 2, 1, 3])
+    plain = [local_policy.act(conversations, greedy=greedy, seed=5) for greedy in (True, False)]
+    shipped = local_policy.model.generation_config
+    local_policy.model.generation_config = shipped.__class__(
+        **{**shipped.to_dict(), "repetition_penalty": 3.0, "no_repeat_ngram_size": 2, "top_k": 2, "top_p": 0.5}
+    )
+    try:
+        configured = [local_policy.act(conversations, greedy=greedy, seed=5) for greedy in (True, False)]
+    finally:
+        local_policy.model.generation_config = shipped
+    for before, after in zip(plain, configured, strict=True):
+        assert [d.token_ids for d in after] == [d.token_ids for d in before]
+        assert [d.logprob for d in after] == pytest.approx([d.logprob for d in before], abs=1e-4)
+
+
 def test_sampling_is_reproducible_under_a_seed_and_leaves_global_rng_alone(local_policy):
     conversations = gridworld_conversations(24)
     torch.manual_seed(1234)
