@@ -8,7 +8,7 @@ held-out evaluation tasks, beside trivial baselines. Prints a table and writes t
     .venv/bin/python bench/judge_oracle.py --base_model var/policies/bootstrap   # any HF directory as the base
 
 The defaults (3,000 pairs, 3 epochs, a 2-layer Llama of width 64 built from config, the `decisions` layout) are the
-smallest settings found that meet the issue's bar on a CPU: beat "shorter trajectory wins" overall and be clearly
+smallest settings found that meet the judges' bar on a CPU: beat "shorter trajectory wins" overall and be clearly
 above chance on pairs where both trajectories failed. With ~1,000 pairs the reward model is at 0.5-0.63 on those.
 
 Training data (`reward_models.oracle_data`): scripted episodes on training seeds, mixed noise levels. Pairs are

@@ -1,30 +1,40 @@
-"""Policy fine-tuning, measured: every trainer in `reward_models.finetune` starts from the same bootstrapped tiny
-gridworld policy, learns from oracle-labelled feedback on its own rollouts (training tasks only), and is evaluated on
-the 200 held-out tasks with greedy and with sampled decoding. Prints, per algorithm, the base and the new success
-rate with standard errors, the gain with its paired standard error (same tasks, same seeds), the wall time and the
-number of labels used, and PPO on the environment's true reward, meant as an upper bound (it is sparse, success at
-the end only, and at these settings PPO on the reward model and PRM did better). Writes the figures as JSON
-(`--out`).
+"""Policy fine-tuning, measured as a fair race: every trainer in `reward_models.finetune` starts from the same
+bootstrapped tiny gridworld policy, learns from oracle-labelled feedback on that policy's own rollouts (training tasks
+only) with the same label noise, and is evaluated on the 200 held-out tasks with greedy and with sampled decoding,
+over several seeds. Prints, per method, the base and the new success rate, the gain with its paired standard error,
+the spread of the gain over seeds, the wall time and the number of annotator actions the method's labels took; and
+PPO on the environment's true reward, meant as an upper bound (it is sparse, success at the end only). Writes the
+figures as JSON (`--out`).
 
-    .venv/bin/python bench/policy_bench.py                           # everything: about 1.5 hours on 2 CPU cores
-    .venv/bin/python bench/policy_bench.py --methods dpo,nash_md,ppo,ppo_oracle   # about 55 minutes
-    .venv/bin/python bench/policy_bench.py --methods dpo,sft,kto     # the offline trainers only
-    .venv/bin/python bench/policy_bench.py --policy var/policies/bootstrap --work_dir var/bench/policy
+    .venv/bin/python bench/policy_bench.py                            # every method, 3 seeds: several CPU hours
+    .venv/bin/python bench/policy_bench.py --methods dpo,sft,kto      # the offline trainers only
+    .venv/bin/python bench/policy_bench.py --seeds 0 --methods ppo,ppo_oracle
+
+The race is fair in three ways:
+- **The same noise.** Every simulated annotator errs with probability `--epsilon`: an intervention's correction is a
+  wrong move, a thumb or a step label is flipped, a comparison goes the wrong way.
+- **No checkpoint selection.** Every method's result is its last policy (PPO's selection on training tasks is off),
+  so no method gets extra evaluations of the environment's true success.
+- **One unit of labels: annotator actions.** A comparison, a thumb, an intervention (one written correction) and a
+  step label are one action each; an online method counts the actions behind its judge models.
 
 What the simulated annotators give (`reward_models.oracle_data`), all on the base policy's own sampled rollouts of
 `--tasks` training tasks, two per task:
 - interventions: on one rollout per task, an annotator who corrects the first wrong step with a shortest-path move
-  and the demonstrator's reasoning; DPO learns from (correction ≻ original) step pairs, SFT imitates the
-  corrections;
-- ratings: a thumb per rollout (up for a success), flipped with probability `--epsilon`: KTO;
+  and the demonstrator's reasoning: step DPO learns from (correction > original) pairs, SFT imitates the corrections;
+- ratings: a thumb per rollout (up for a success): KTO;
 - comparisons: the two rollouts of a task, labelled by a B-Pref teacher (Bradley-Terry on the oracle's progress
-  return, mistakes at `--epsilon`): the reward model (PPO) and the pairwise preference model (Nash-MD, SPO);
-- step labels: the oracle's step correctness, flipped with probability `--epsilon`: the PRM (PPO).
+  return): the reward model (PPO), the pairwise preference model (Nash-MD, SPO) and trajectory DPO;
+- step labels: the oracle's step correctness: the PRM (PPO);
+- first-decision comparisons of `--tasks` training tasks (an optimal first move against another, and against an
+  answer the environment cannot parse): the single-turn reward model of GRPO.
 
-Held-out success is measured once for the base policy and once per trained policy, by the same
-`finetune.common.evaluate_policy` with the same seeds (sampled: `--eval_samples` episodes per task); the standard
-error is over tasks. Every trainer runs through its `main(config)` exactly as a Tandem run does, with its dataclass
-defaults unless `--settings` overrides them.
+Each seed draws its own rollouts, labels, judge models and training; the base policy and its evaluation are shared.
+Held-out success is measured by the same `finetune.common.evaluate_policy` with the same seeds for the base and
+every trained policy (sampled: `--eval_samples` episodes per task). A method's gain is paired: per held-out task, its
+success averaged over the seeds minus the base's, with the standard error over tasks; the seed spread is the
+standard error of the per-seed gains. Every trainer runs through its `main(config)` exactly as a Tandem run does,
+with its dataclass defaults unless `--settings` overrides them.
 """
 
 from __future__ import annotations
@@ -45,13 +55,26 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from reward_models import oracle_data  # noqa: E402
 from reward_models.common import SilentReporter, config_from_dict  # noqa: E402
 
-METHODS = ("sft", "dpo", "kto", "ppo", "nash_md", "spo", "ppo_oracle")
+METHODS = ("sft", "dpo", "dpo_trajectory", "kto", "ppo", "nash_md", "spo", "grpo", "ppo_oracle")
 # Each method: its trainer module and config class, the file it learns from, and the judge models it needs.
 TRAINERS: dict[str, tuple[str, str, str, dict[str, str], dict[str, Any]]] = {
     "sft": ("reward_models.finetune.sft", "SFTConfig", "sft.jsonl", {}, {}),
     "dpo": ("reward_models.finetune.dpo", "DPOConfig", "step_preference.jsonl", {}, {"level": "step"}),
+    "dpo_trajectory": (
+        "reward_models.finetune.dpo",
+        "DPOConfig",
+        "preference.jsonl",
+        {},
+        {"level": "trajectory"},
+    ),
     "kto": ("reward_models.finetune.kto", "KTOConfig", "unpaired.jsonl", {}, {}),
-    "ppo": ("reward_models.finetune.ppo", "PPOConfig", "", {"reward_model_path": "rm", "prm_path": "prm"}, {}),
+    "ppo": (
+        "reward_models.finetune.ppo",
+        "PPOConfig",
+        "",
+        {"reward_model_path": "rm", "prm_path": "prm"},
+        {"selection_tasks": 0},
+    ),
     "nash_md": (
         "reward_models.finetune.nash",
         "NashConfig",
@@ -60,10 +83,22 @@ TRAINERS: dict[str, tuple[str, str, str, dict[str, str], dict[str, Any]]] = {
         {"method": "nash_md"},
     ),
     "spo": ("reward_models.finetune.nash", "NashConfig", "", {"preference_model_path": "pm"}, {"method": "spo"}),
-    "ppo_oracle": ("reward_models.finetune.ppo", "PPOConfig", "", {}, {"reward_source": "oracle"}),
+    "grpo": ("reward_models.finetune.grpo", "GRPOConfig", "", {"reward_model_path": "rm_first"}, {}),
+    "ppo_oracle": (
+        "reward_models.finetune.ppo",
+        "PPOConfig",
+        "",
+        {},
+        {"reward_source": "oracle", "selection_tasks": 0},
+    ),
 }
-# Which label files each judge model counts as "labels used".
-JUDGE_DATA = {"rm": "preference.jsonl", "prm": "stepwise.jsonl", "pm": "preference.jsonl"}
+# The label file each judge model learns from.
+JUDGE_DATA = {
+    "rm": "preference.jsonl",
+    "prm": "stepwise.jsonl",
+    "pm": "preference.jsonl",
+    "rm_first": "first_step_preference.jsonl",
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -80,7 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--eval_samples", type=int, default=4, help="Sampled episodes per held-out task (greedy: one, deterministic)."
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", default="0,1,2", help="Comma-separated seeds (at least 3 for the spread).")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads.")
     parser.add_argument(
         "--settings", default="{}", help='Per-method config overrides as JSON, e.g. {"dpo": {"beta": 1.0}}.'
@@ -90,6 +125,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = set(args.methods.split(",")) - set(METHODS)
     if unknown:
         parser.error(f"unknown methods {sorted(unknown)}; the methods are {', '.join(METHODS)}")
+    try:
+        args.seeds = [int(seed) for seed in args.seeds.split(",")]
+    except ValueError:
+        parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
     return args
 
 
@@ -106,8 +145,9 @@ def base_policy(args: argparse.Namespace, work: Path) -> Path:
     return path
 
 
-def make_data(args: argparse.Namespace, policy_path: Path, data: Path) -> dict[str, int]:
-    """The label files, from the base policy's own rollouts on training tasks; row counts by file."""
+def make_data(args: argparse.Namespace, policy_path: Path, data: Path, seed: int) -> dict[str, int]:
+    """The label files of one seed, from the base policy's own rollouts on training tasks; annotator actions by
+    file (`actions`)."""
     counts_file = data / "counts.json"
     if counts_file.is_file() and not args.fresh:
         return json.loads(counts_file.read_text())
@@ -122,22 +162,38 @@ def make_data(args: argparse.Namespace, policy_path: Path, data: Path) -> dict[s
         max_new_tokens=loaded.settings["max_new_tokens"],
     )
     started = time.monotonic()
-    episodes = oracle_data.policy_episodes(policy, args.tasks, samples_per_task=2, greedy=False, seed=args.seed)
-    print(f"{len(episodes)} rollouts of the base policy in {time.monotonic() - started:.0f} s", flush=True)
+    episodes = oracle_data.policy_episodes(policy, args.tasks, samples_per_task=2, greedy=False, seed=seed)
+    print(
+        f"seed {seed}: {len(episodes)} rollouts of the base policy in {time.monotonic() - started:.0f} s", flush=True
+    )
+    from reward_models.finetune.grpo import first_step_preference_rows
+
     first = episodes[::2]  # one rollout per task gets an intervention, a thumb and step labels
+    noise = {"epsilon": args.epsilon, "seed": seed}
     files = {
-        "step_preference.jsonl": oracle_data.intervention_step_preference_rows(first, seed=args.seed),
-        "sft.jsonl": oracle_data.intervention_sft_rows(first, seed=args.seed),
-        "unpaired.jsonl": oracle_data.unpaired_rows(first, epsilon=args.epsilon, seed=args.seed),
-        "preference.jsonl": oracle_data.preference_rows(episodes, epsilon=args.epsilon, seed=args.seed),
-        "stepwise.jsonl": oracle_data.stepwise_rows(first, epsilon=args.epsilon, seed=args.seed),
+        "step_preference.jsonl": oracle_data.intervention_step_preference_rows(first, **noise),
+        "sft.jsonl": oracle_data.intervention_sft_rows(first, **noise),
+        "unpaired.jsonl": oracle_data.unpaired_rows(first, **noise),
+        "preference.jsonl": oracle_data.preference_rows(episodes, **noise),
+        "stepwise.jsonl": oracle_data.stepwise_rows(first, **noise),
+        "first_step_preference.jsonl": first_step_preference_rows(
+            args.tasks, pairs_per_task=1, malformed_per_task=1, **noise
+        ),
     }
     data.mkdir(parents=True, exist_ok=True)
-    counts = {name: len(rows) for name, rows in files.items()}
+    counts = {name: annotator_actions(name, rows) for name, rows in files.items()}
     for name, rows in files.items():
         oracle_data.write_jsonl(rows, data / name)
     counts_file.write_text(json.dumps(counts, indent=1) + "\n")
     return counts
+
+
+def annotator_actions(name: str, rows: list[dict[str, Any]]) -> int:
+    """How many annotator actions a label file took: one per row (a comparison, a thumb, an intervention), except
+    step labels, one per labelled step. The SFT rows are the interventions again, so they are counted as such."""
+    if name == "stepwise.jsonl":
+        return sum(len(row["labels"]) for row in rows)
+    return len(rows)
 
 
 def train_judges(wanted: set[str], data: Path, judges: Path) -> dict[str, float]:
@@ -154,6 +210,7 @@ def train_judges(wanted: set[str], data: Path, judges: Path) -> dict[str, float]
         "rm": (RewardConfig, train_rm, {"data_path": str(data / JUDGE_DATA["rm"])}),
         "prm": (PRMConfig, train_prm, {"data_path": str(data / JUDGE_DATA["prm"]), "learning_rate": 5e-3}),
         "pm": (PreferenceModelConfig, train_pm, {"data_path": str(data / JUDGE_DATA["pm"])}),
+        "rm_first": (RewardConfig, train_rm, {"data_path": str(data / JUDGE_DATA["rm_first"])}),
     }
     seconds: dict[str, float] = {}
     if not wanted:
@@ -172,8 +229,15 @@ def train_judges(wanted: set[str], data: Path, judges: Path) -> dict[str, float]
 
 
 def run_method(
-    name: str, args: argparse.Namespace, policy_path: Path, work: Path, counts: dict[str, int], overrides: dict
+    name: str,
+    args: argparse.Namespace,
+    policy_path: Path,
+    work: Path,
+    seed: int,
+    counts: dict[str, int],
+    overrides: dict,
 ) -> dict[str, Any]:
+    """Train one method on one seed's labels and judges (in `work`), and evaluate its last policy."""
     import importlib
 
     from reward_models.finetune.common import evaluate_policy, load_policy_model
@@ -184,7 +248,7 @@ def run_method(
     values: dict[str, Any] = {
         "policy_path": str(policy_path),
         "output_dir": str(output_dir),
-        "seed": args.seed,
+        "seed": seed,
         "eval_tasks": 0,  # the bench evaluates every policy the same way below
         **implied,
         **{setting: str(work / "judges" / judge) for setting, judge in judge_settings.items()},
@@ -198,16 +262,15 @@ def run_method(
 
         shutil.rmtree(output_dir, ignore_errors=True)
     started = time.monotonic()
-    summary = module.main(config, SilentReporter())
+    module.main(config, SilentReporter())
     wall = time.monotonic() - started
     loaded = load_policy_model(output_dir)
     figures = evaluate_policy(
         loaded.model, loaded.tokenizer, loaded.settings, _eval_config(args, policy_path), per_task=True
     )
-    # Offline trainers say how many rows they used (DPO's balancing keeps a subset); online ones used their judges'.
-    judge_files = {JUDGE_DATA[judge] for judge in judge_settings.values()}
-    labels = sum(counts[name] for name in judge_files) if judge_files else summary.get("labels_used") or 0
-    return {"method": name, "labels": labels, "wall_seconds": wall, "final": figures, "settings": values}
+    files = {JUDGE_DATA[judge] for judge in judge_settings.values()} | ({data_file} if data_file else set())
+    actions = sum(counts[file] for file in files)
+    return {"method": name, "seed": seed, "actions": actions, "wall_seconds": wall, "final": figures}
 
 
 def _eval_config(args: argparse.Namespace, policy_path: Path):
@@ -223,7 +286,7 @@ def _headline(metrics: dict[str, Any]) -> str:
     return ", ".join(shown) or "trained"
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     args = parse_args(argv)
@@ -232,8 +295,6 @@ def main(argv: list[str] | None = None) -> None:
     methods = args.methods.split(",")
     overrides = json.loads(args.settings)
     policy_path = base_policy(args, work)
-    counts = make_data(args, policy_path, work / "data")
-    print("labels: " + ", ".join(f"{name} {n}" for name, n in counts.items()), flush=True)
 
     from reward_models.finetune.common import evaluate_policy, load_policy_model
 
@@ -243,35 +304,89 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"base: greedy {_rate(base, 'greedy')}, sampled {_rate(base, 'sampled')}", flush=True)
 
-    needed = {judge for name in methods for judge in TRAINERS[name][3].values()}
-    missing = {judge for judge in needed if args.fresh or not (work / "judges" / judge).is_dir()}
-    judge_seconds = train_judges(missing, work / "data", work / "judges")
+    runs: list[dict[str, Any]] = []
+    judge_seconds: dict[int, dict[str, float]] = {}
+    counts_by_seed: dict[int, dict[str, int]] = {}
+    for seed in args.seeds:
+        seed_work = work / f"seed-{seed}"
+        counts = make_data(args, policy_path, seed_work / "data", seed)
+        counts_by_seed[seed] = counts
+        print(f"seed {seed}, annotator actions: " + ", ".join(f"{n} {c}" for n, c in counts.items()), flush=True)
+        needed = {judge for name in methods for judge in TRAINERS[name][3].values()}
+        missing = {judge for judge in needed if args.fresh or not (seed_work / "judges" / judge).is_dir()}
+        judge_seconds[seed] = train_judges(missing, seed_work / "data", seed_work / "judges")
+        for name in methods:
+            print(f"seed {seed}: training {name} ...", flush=True)
+            run = run_method(name, args, policy_path, seed_work, seed, counts, overrides.get(name, {}))
+            runs.append(run)
+            final = run["final"]
+            print(f"  {name}: greedy {_rate(final, 'greedy')}, sampled {_rate(final, 'sampled')}", flush=True)
 
-    results = []
-    for name in methods:
-        print(f"training {name} ...", flush=True)
-        result = run_method(name, args, policy_path, work, counts, overrides.get(name, {}))
-        results.append(result)
-        final = result["final"]
-        print(f"  {name}: greedy {_rate(final, 'greedy')}, sampled {_rate(final, 'sampled')}", flush=True)
-
+    results = [summarise(name, [run for run in runs if run["method"] == name], base) for name in methods]
     print()
-    print("Gains are paired: the same held-out tasks and seeds for the base and the new policy; ± one standard error.")
-    print("| Algorithm | Labels used | Greedy: base → new | gain | Sampled: base → new | gain | Wall time |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        f"{len(args.seeds)} seeds. A gain is paired: per held-out task, the success averaged over the seeds minus the "
+        "base's (same tasks, same evaluation seeds), ± its standard error over tasks; the seed spread is the standard "
+        "error of the per-seed gains. Annotator actions: per seed."
+    )
+    print(
+        "| Method | Annotator actions | Greedy → | gain | seed spread | Sampled → | gain | seed spread | Wall time |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for result in results:
-        final = result["final"]
-        result["gains"] = {mode: _paired_gain(base, final, mode) for mode in ("greedy", "sampled")}
-        print(
-            f"| {result['method']} | {result['labels']:,} | {_rate(base, 'greedy')} → {_rate(final, 'greedy')} | "
-            f"{_gain(result['gains']['greedy'])} | {_rate(base, 'sampled')} → {_rate(final, 'sampled')} | "
-            f"{_gain(result['gains']['sampled'])} | {result['wall_seconds']:.0f} s |"
-        )
+        cells = [result["method"], f"{result['actions']:,}"]
+        for mode in ("greedy", "sampled"):
+            gain = result["gains"][mode]
+            cells += [
+                f"{100 * result['success'][mode]:.1f} %",
+                _gain(gain["paired"]),
+                f"± {100 * gain['seed_se']:.1f}",
+            ]
+        cells.append(f"{result['wall_seconds']:.0f} s")
+        print("| " + " | ".join(cells) + " |")
+    print(f"| *base* | | {_rate(base, 'greedy')} | | | {_rate(base, 'sampled')} | | | |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    figures = {"base": base, "results": results, "judge_seconds": judge_seconds, "counts": counts}
+    figures = {
+        "seeds": args.seeds,
+        "epsilon": args.epsilon,
+        "tasks": args.tasks,
+        "base": base,
+        "results": results,
+        "runs": runs,
+        "judge_seconds": judge_seconds,
+        "actions": counts_by_seed,
+        "settings": overrides,
+    }
     out.write_text(json.dumps(figures, indent=1, default=str))
     print(f"\nfigures in {out}")
+    return figures
+
+
+def summarise(name: str, runs: list[dict[str, Any]], base: dict[str, Any]) -> dict[str, Any]:
+    """One method over its seeds: mean success, the paired gain of the seed-averaged per-task success over the
+    base's, the standard error of the per-seed gains, mean annotator actions and wall time."""
+    from reward_models.rollout import mean_and_stderr
+
+    summary: dict[str, Any] = {
+        "method": name,
+        "seeds": [run["seed"] for run in runs],
+        "actions": round(sum(run["actions"] for run in runs) / len(runs)),
+        "wall_seconds": sum(run["wall_seconds"] for run in runs) / len(runs),
+        "success": {},
+        "gains": {},
+    }
+    for mode in ("greedy", "sampled"):
+        per_task = [run["final"][f"{mode}_per_task"] for run in runs]
+        averaged = [sum(values) / len(values) for values in zip(*per_task, strict=True)]
+        per_seed = [_paired_gain(base, run["final"], mode)[0] for run in runs]
+        summary["success"][mode] = sum(averaged) / len(averaged)
+        summary["gains"][mode] = {
+            "paired": _paired_gain(base, {f"{mode}_per_task": averaged}, mode),
+            "per_seed": per_seed,
+            "seed_se": mean_and_stderr(per_seed)[1] if len(per_seed) > 1 else float("nan"),
+        }
+    return summary
 
 
 def _paired_gain(base: dict[str, Any], final: dict[str, Any], mode: str) -> tuple[float, float]:

@@ -441,26 +441,37 @@ def policy_episodes(
     return episodes
 
 
-def oracle_correction(episode: OracleEpisode, step: int, rng: random.Random) -> Message:
+def oracle_correction(episode: OracleEpisode, step: int, rng: random.Random, epsilon: float = 0.0) -> Message:
     """The assistant message an oracle annotator writes when correcting `step`: the demonstrator's reasoning for
-    that step's observation and one of the shortest-path moves from there (drawn with `rng` when several are)."""
+    that step's observation and one of the shortest-path moves from there (drawn with `rng` when several are). With
+    probability `epsilon` the annotator errs and writes one of the other moves instead (not the policy's own), as
+    the other simulated annotators flip their labels."""
+    from reward_models.envs.gridworld import ACTIONS
+
     env = GridWorld(**episode.env_config)
     best = env.oracle(env.make_task(episode.task_id)).best_actions(episode.actions[:step])
-    return env.message_for_action(rng.choice(best), goal_reasoning(episode.observation(step)))
+    # A wrong correction is another move than the policy's own, or it would be no intervention at all.
+    worse = [action for action in ACTIONS if action not in best and action != episode.actions[step]]
+    mistaken = epsilon > 0 and rng.random() < epsilon
+    move = rng.choice(worse if mistaken and worse else best)
+    return env.message_for_action(move, goal_reasoning(episode.observation(step)))
 
 
-def intervention_step_preference_rows(episodes: Sequence[OracleEpisode], *, seed: int = 0) -> list[dict[str, Any]]:
+def intervention_step_preference_rows(
+    episodes: Sequence[OracleEpisode], *, seed: int = 0, epsilon: float = 0.0
+) -> list[dict[str, Any]]:
     """`step_preference` rows from an oracle annotator who intervenes at each episode's first wrong step: the prompt
-    is every message before that step's assistant message, `chosen` the correction (`oracle_correction`),
-    `rejected` the policy's own step, as the export writes an intervention (margin 1, source "intervention").
-    Episodes without a wrong step give none. Rows carry `chosen_action` and `rejected_action` for analysis."""
+    is every message before that step's assistant message, `chosen` the correction (`oracle_correction`, wrong with
+    probability `epsilon`), `rejected` the policy's own step, as the export writes an intervention (margin 1, source
+    "intervention"). Episodes without a wrong step give none. Rows carry `chosen_action` and `rejected_action` for
+    analysis."""
     rng = random.Random(seed)
     rows = []
     for episode in episodes:
         error = episode.first_error
         if error is None:
             continue
-        corrected = oracle_correction(episode, error, rng)
+        corrected = oracle_correction(episode, error, rng, epsilon)
         original = episode.conversation.assistant(error)
         if corrected["content"] == original.get("content"):
             continue
@@ -487,11 +498,13 @@ def intervention_step_preference_rows(episodes: Sequence[OracleEpisode], *, seed
     return rows
 
 
-def intervention_sft_rows(episodes: Sequence[OracleEpisode], *, seed: int = 0) -> list[dict[str, Any]]:
-    """`sft` rows for the same interventions as `intervention_step_preference_rows` (the same seed draws the same
-    corrections): the conversation before the first wrong step, then the correction."""
+def intervention_sft_rows(
+    episodes: Sequence[OracleEpisode], *, seed: int = 0, epsilon: float = 0.0
+) -> list[dict[str, Any]]:
+    """`sft` rows for the same interventions as `intervention_step_preference_rows` (the same seed and `epsilon`
+    draw the same corrections): the conversation before the first wrong step, then the correction."""
     rows = []
-    for pair in intervention_step_preference_rows(episodes, seed=seed):
+    for pair in intervention_step_preference_rows(episodes, seed=seed, epsilon=epsilon):
         rows.append(
             {
                 "messages": [*pair["prompt"], *pair["chosen"]],
