@@ -27,9 +27,10 @@ Two methods, chosen by ``method``:
   critic (as in GRPO and RLOO); `scale_advantages` optionally divides by the group's standard deviation. Win rates
   of a symmetric preference model always average 1/2 within a group, so the baseline is 1/2.
 
-In the update passes the policy runs with dropout off (eval mode, gradients on), as it does when it samples the
-rollouts: the log-probabilities in the loss are those of the policy that played, and a frozen reference equal to the
-policy gives them exactly (KL 0), also for checkpoints trained with dropout (GPT-2's 0.1 everywhere).
+The policy is loaded with its dropout switched off (`common.disable_dropout`, as PPO's), so the update passes score
+it as it sampled the rollouts: the log-probabilities in the loss are those of the policy that played, and a frozen
+reference equal to the policy gives them exactly (KL 0), also for checkpoints trained with dropout (GPT-2's 0.1
+everywhere).
 
 Only the policy's own tokens (every assistant turn, exactly the token ids it generated) are in the loss: turns are
 encoded with ``common.episode_encodings`` and scored with ``common.token_logprobs``, so observation and tool-result
@@ -332,7 +333,7 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
         return finished
     accelerator = make_accelerator(config)
     torch.manual_seed(config.seed)
-    policy = load_policy_model(config.policy_path, use_lora=config.use_lora, lora_r=config.lora_r)
+    policy = load_policy_model(config.policy_path, use_lora=config.use_lora, lora_r=config.lora_r, dropout=False)
     tokenizer, settings = policy.tokenizer, policy.settings
     reference = None  # SPO plays the policy against itself alone
     if config.method == "nash_md":
@@ -496,9 +497,8 @@ def _update(
         if episode.steps:
             encodings += episode_encodings(tokenizer, episode, settings["history_window"])
             owners += [index] * len(episode.steps)
-    # Dropout off, as when the policy sampled the episodes: the loss is on the log-probabilities of the policy that
-    # played them (and of a frozen reference, which is in eval mode too). Gradients flow in eval mode all the same.
-    model.eval()
+    # Its dropout was switched off at loading: the loss is on the log-probabilities of the policy that played.
+    model.train()
     loss_total, kl_total, tokens = 0.0, 0.0, 0
     coefficient = torch.tensor(advantages, dtype=torch.float32)
     for start in range(0, len(encodings), config.micro_batch_turns):
