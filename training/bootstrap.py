@@ -13,6 +13,8 @@ from django.db import transaction
 from feedback_app.models import Evaluation, PolicyVersion, Project, RunKind, TrainingRun
 from reward_models.policy.bootstrap import BootstrapConfig
 from reward_models.policy.bootstrap import main as bootstrap_main
+from reward_models.policy.tool_bootstrap import ToolBootstrapConfig, uses_shipped
+from reward_models.policy.tool_bootstrap import main as tool_bootstrap_main
 from training.runs import RunRecorder, execute_run
 
 
@@ -37,6 +39,14 @@ BOOTSTRAPS = {
         "Tiny Llama, supervised on noisy scripted demonstrations.",
         "loss_curve",
         "mean_length",
+    ),
+    "reward_models.envs.toolshop.ToolShop": Bootstrap(
+        ToolBootstrapConfig,
+        tool_bootstrap_main,
+        {"difficulty": "difficulty", "max_turns": "max_turns"},
+        "Tiny Qwen2 chat model with tool calls, supervised on noisy scripted demonstrations after a copy drill.",
+        "demo_loss_curve",
+        "mean_turns",
     ),
 }
 
@@ -69,7 +79,10 @@ def bootstrap_config(run: TrainingRun) -> Any:
 def run_bootstrap(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
     bootstrap = bootstrap_for(run)
     config = bootstrap_config(run)
-    recorder.log(f"bootstrap SFT on {config.n_episodes} noisy demonstrations into {config.output_dir}")
+    if isinstance(config, ToolBootstrapConfig) and uses_shipped(config):
+        recorder.log(f"copying the shipped policy (made with these settings) into {config.output_dir}")
+    else:
+        recorder.log(f"bootstrap SFT on {config.n_episodes} noisy demonstrations into {config.output_dir}")
     metrics = bootstrap.main(config, progress=recorder.progress)
     curve = metrics[bootstrap.loss_curve]
     for point_step, loss in enumerate(curve):

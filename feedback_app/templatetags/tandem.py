@@ -47,8 +47,9 @@ def gridmap(rows: list[list[str]], step_number: int) -> SafeString:
 @register.simple_tag
 def step_card(step, show_outcomes: bool = False) -> SafeString:
     """One step as the workspaces show it: header, the environment's render (a grid map, or the observation's text),
-    images, reasoning, action and tool calls. Built in Python for the same reason as `gridmap`: every compare page
-    shows a dozen or more steps, and as a template this was most of a trajectory's first render.
+    images, reasoning, and the action or, for a turn that calls tools, each call beside its result. Built in Python
+    for the same reason as `gridmap`: every compare page shows a dozen or more steps, and as a template this was most
+    of a trajectory's first render.
 
     The observation, reasoning and action sit in ``data-span-field`` elements whose text is exactly the field's, so a
     critique's span offsets count characters of the stored text."""
@@ -77,11 +78,13 @@ def step_card(step, show_outcomes: bool = False) -> SafeString:
             '<p class="reasoning"><span class="muted">reasoning</span> <span class="field-text" '
             f'data-span-field="reasoning">{escape(step.reasoning)}</span></p>'
         )
-    parts.append(
-        '<p class="action"><span class="muted">action</span> <code class="field-text" '
-        f'data-span-field="action">{escape(step.action)}</code></p>'
-    )
-    parts.extend(_tool_calls_html(step))
+    calls = _tool_calls_html(step)
+    if not calls:  # a turn that calls tools shows each call below; the action line would repeat them
+        parts.append(
+            '<p class="action"><span class="muted">action</span> <code class="field-text" '
+            f'data-span-field="action">{escape(step.action)}</code></p>'
+        )
+    parts.extend(calls)
     return mark_safe(parts[0] + "\n  " + "\n  ".join(parts[1:]) + "\n</article>")
 
 

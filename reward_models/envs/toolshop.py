@@ -34,8 +34,10 @@ Difficulty (``difficulty``, 1 to 4) sets how much lookup a task needs; ``DIFFICU
 3. as 2 with two items to buy (five tool calls);
 4. four products in three or four colours, one or two items, some goals ``the cheapest <product>`` (prices compared).
 
-The default is 2. A task records its difficulty, and ``reset`` and ``oracle`` follow the task's rather than the
-environment's, so a stored task always replays the same way.
+The default is 2, which the tool-use demo project runs: the built-in tiny policy
+(``reward_models.policy.tool_bootstrap``), trained on level 1, succeeds there part of the time. A task records its
+difficulty, and ``reset`` and ``oracle`` follow the task's rather than the environment's, so a stored task always
+replays the same way.
 
 Seeds: ``eval_seeds()`` is ``range(1_000_000, 1_000_200)``, 200 held-out tasks, as for the gridworld.
 
@@ -57,6 +59,7 @@ from reward_models import tool_schemas
 from reward_models.envs.base import StepResult
 
 EVAL_SEEDS = range(1_000_000, 1_000_200)
+SYSTEM_PROMPT = "You are the shop's assistant. Place the customer's order with the tools."
 MAX_QUANTITY = 9
 
 TOOLS: list[dict[str, Any]] = [
@@ -569,6 +572,10 @@ class ToolShop:
 
     def eval_seeds(self) -> range:
         return EVAL_SEEDS
+
+    def prompt_messages(self, task: dict[str, Any], first_observation: str) -> list[dict[str, Any]]:
+        """A short system turn (the chat template adds the tools after it) and the customer's request."""
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": first_observation}]
 
     def scenario(self, task: dict[str, Any]) -> Scenario:
         """The task's catalogue and goal (hidden information: the oracle's, not the agent's)."""

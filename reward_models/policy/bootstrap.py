@@ -89,18 +89,9 @@ class BootstrapConfig:
             raise ValueError(f"wall_prob must be between 0 and 0.6, got {self.wall_prob}")
         if not 0.0 <= self.noise <= 1.0:
             raise ValueError(f"noise must be between 0 and 1, got {self.noise}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
         if self.history_window < 0:
             raise ValueError(f"history_window must be >= 0, got {self.history_window}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
-        if self.max_seconds <= 0:
-            raise ValueError(f"max_seconds must be positive, got {self.max_seconds}")
-        if self.eval_temperature <= 0:
-            raise ValueError(f"eval_temperature must be positive, got {self.eval_temperature}")
+        check_training_settings(self)
 
     def env_config(self) -> dict[str, Any]:
         return {"size": self.grid_size, "wall_prob": self.wall_prob, "max_steps": self.max_episode_steps}
@@ -176,7 +167,7 @@ def main(config: BootstrapConfig, progress: Callable[[int, int], None] | None = 
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _warmup_cosine(config.warmup_steps, config.max_train_steps)
+        optimizer, warmup_cosine(config.warmup_steps, config.max_train_steps)
     )
     order = torch.Generator().manual_seed(config.seed)
     permutation = torch.randperm(len(input_ids), generator=order)
@@ -268,7 +259,7 @@ def _encode_demonstrations(tokenizer: Any, episodes: list[dict], history_window:
     return torch.tensor(rows), torch.tensor(targets)
 
 
-def _warmup_cosine(warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+def warmup_cosine(warmup_steps: int, total_steps: int) -> Callable[[int], float]:
     def factor(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / warmup_steps
@@ -278,15 +269,36 @@ def _warmup_cosine(warmup_steps: int, total_steps: int) -> Callable[[int], float
     return factor
 
 
-def parse_args(argv: list[str] | None = None) -> BootstrapConfig:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for config_field in fields(BootstrapConfig):
+def check_training_settings(config: Any) -> None:
+    """The checks a bootstrap config's model and optimiser settings share; a ValueError names the setting."""
+    if config.hidden_size % config.num_heads:
+        raise ValueError(f"hidden_size ({config.hidden_size}) must be divisible by num_heads ({config.num_heads})")
+    if config.lr <= 0:
+        raise ValueError(f"lr must be positive, got {config.lr}")
+    if config.warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be >= 0, got {config.warmup_steps}")
+    if config.max_seconds <= 0:
+        raise ValueError(f"max_seconds must be positive, got {config.max_seconds}")
+    if config.eval_temperature <= 0:
+        raise ValueError(f"eval_temperature must be positive, got {config.eval_temperature}")
+
+
+def config_parser(config_class: type, description: str) -> argparse.ArgumentParser:
+    """A command line with one ``--<field>`` per field of the dataclass ``config_class``, its help and default."""
+    parser = argparse.ArgumentParser(description=description)
+    for config_field in fields(config_class):
+        kind = type(config_field.default)
         parser.add_argument(
             f"--{config_field.name}",
-            type=type(config_field.default),
+            type=(lambda text: text.lower() in ("1", "true", "yes")) if kind is bool else kind,
             default=config_field.default,
             help=f"{config_field.metadata['help']} (default: {config_field.default})".replace("%", "%%"),
         )
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> BootstrapConfig:
+    parser = config_parser(BootstrapConfig, __doc__.split("\n\n")[0])
     return BootstrapConfig(**vars(parser.parse_args(argv)))
 
 

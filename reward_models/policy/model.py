@@ -51,6 +51,38 @@ def build_tiny_llama(
         return LlamaForCausalLM(config)
 
 
+def build_tiny_qwen2(
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    intermediate_size: int,
+    seed: int = 0,
+) -> Any:
+    """A freshly initialised Qwen2 with tied embeddings (copying a token from the context onto the output is then the
+    identity), sized for ``tokenizer``, for chat models with a Qwen2.5 template."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return Qwen2ForCausalLM(config)
+
+
 def save_policy(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,

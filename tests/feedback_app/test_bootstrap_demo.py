@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -57,12 +58,24 @@ def test_bootstrap_demo_builds_the_demo_once_and_is_safe_to_repeat(settings, tmp
     assert set(logins) == {"annotator", "researcher", "admin"}
     assert f"annotator   {logins['annotator']}" in first
 
+    # The tool-use demo: the shipped tool-calling policy, copied and evaluated, and its chat trajectories queued.
+    shop = Project.objects.get(slug="tool-use-demo")
+    assert shop.environment.dotted_path == "reward_models.envs.toolshop.ToolShop"
+    tool_policy = PolicyVersion.objects.get(project=shop, name="tiny-base")
+    assert tool_policy.produced_by.summary["shipped"] is True
+    assert (Path(tool_policy.weights_path) / "model.safetensors").is_file()
+    assert Evaluation.objects.filter(policy_version=tool_policy, n=10).count() == 2
+    chats = Trajectory.objects.filter(project=shop, policy_version=tool_policy)
+    assert chats.count() == 6 and all(t.tools for t in chats)
+    assert QueueItem.objects.filter(project=shop).count() == 9
+    assert "Tool-use demo" in first
+
     second = _bootstrap()
 
-    assert TrainingRun.objects.count() == 2, "a second start neither trains nor rolls out again"
-    assert Trajectory.objects.count() == 6 and Task.objects.count() == 207
-    assert QueueItem.objects.count() == 9, "nothing is queued twice"
-    assert "Gridworld demo: base policy kept" in second
+    assert TrainingRun.objects.count() == 4, "a second start neither trains nor rolls out again"
+    assert Trajectory.objects.count() == 12 and Task.objects.count() == 2 * 207
+    assert QueueItem.objects.count() == 18, "nothing is queued twice"
+    assert "Gridworld demo: base policy kept" in second and "Tool-use demo: base policy kept" in second
     assert f"annotator   {logins['annotator']}" in second, "the same passwords are printed again"
 
 

@@ -18,10 +18,12 @@ def test_it_refuses_a_name_already_taken(project, external_policy):
         call_command("bootstrap_policy", project.slug, "--name", "agent-v1")
 
 
-def test_it_refuses_a_project_whose_environment_is_not_the_gridworld(db):
+def test_it_refuses_a_project_whose_environment_has_no_built_in_policy(db):
     spec = EnvironmentSpec.objects.create(name="web", dotted_path="my_agents.envs.Browser")
     other = Project.objects.create(name="Browser agent", environment=spec)
-    with pytest.raises(CommandError, match=r"the bootstrap trains policies for .*GridWorld, not my_agents\.envs"):
+    with pytest.raises(
+        CommandError, match=r"the bootstrap trains policies for .*GridWorld, .*ToolShop, not my_agents\.envs"
+    ):
         call_command("bootstrap_policy", other.slug, "--name", "v0")
     assert not TrainingRun.objects.exists(), "nothing is half-written"
 

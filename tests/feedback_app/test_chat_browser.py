@@ -10,7 +10,11 @@ import pytest
 from django.urls import reverse
 
 from feedback_app import queue
-from feedback_app.models import Intervention, StepLabel
+from feedback_app.models import Comparison, Critique, Intervention, StepLabel
+from reward_models.envs.toolshop import TOOLS
+from tests.feedback_app.conftest import TRANSCRIPT, _call
+
+ADD = '{"item_id": "kq48", "quantity": 2}'
 
 pytestmark = pytest.mark.browser
 
@@ -68,3 +72,50 @@ def test_an_annotator_labels_and_corrects_a_tool_calling_trajectory(browser_page
     page.wait_for_url("**/interventions/*/")
     [call] = Intervention.objects.get().corrected_message["tool_calls"]
     assert json.loads(call["function"]["arguments"]) == {"item_id": "kq48", "quantity": 2}
+
+
+def test_an_annotator_compares_and_critiques_tool_calling_trajectories_by_keyboard(
+    browser_page_for, api_as, annotator, researcher, shop, docs_dir
+):
+    project, seeded, _ = shop
+    project.gold_fraction = 0
+    project.save()
+    # A second try at the seeded task, whose add_to_cart call has its quantity.
+    messages = [*TRANSCRIPT[:4], {**TRANSCRIPT[4], "tool_calls": [_call("call_b", "add_to_cart", ADD)]}]
+    row = {"external_id": "again", "task": {"external_id": "shop-3"}, "messages": messages, "tools": TOOLS}
+    imported = api_as(researcher).post(
+        f"/api/projects/{project.pk}/trajectories/import", json.dumps([row]), content_type="application/json"
+    )
+    assert imported.status_code == 200, imported.content
+    queue.enqueue_comparisons(project, [(seeded, project.trajectories.get(external_id="again"))])
+    page = browser_page_for(annotator)
+    page.goto(f"/projects/{project.pk}/compare/")
+    page.wait_for_selector("#compare-form")
+    # Both sides show their turns as calls with the results beside them.
+    assert page.locator(".tool-exchange").count() == 4
+    assert page.locator(".tool-call code", has_text="add_to_cart").count() == 2
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("r")
+    page.keyboard.type("Left searched first.")
+    page.keyboard.press("Escape")
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(docs_dir / "compare-chat.png"))
+    page.keyboard.press("Enter")
+    page.wait_for_selector("text=Nothing left to compare")
+    comparison = Comparison.objects.get(annotator=annotator)
+    assert comparison.rationale == "Left searched first." and comparison.choice in ("a", "b")
+
+    # A critique anchored to the second turn, by keyboard from the step page.
+    queue.enqueue_trajectories(project, [seeded])
+    steps = list(seeded.steps.order_by("index"))
+    page.goto(reverse("label-next", args=[project.pk]))
+    page.wait_for_selector(f"#step-{steps[0].pk}-row.focused")
+    page.keyboard.press("j")
+    page.wait_for_selector(f"#step-{steps[1].pk}-row.focused")
+    page.keyboard.press("c")
+    assert page.input_value("#critique-anchor") == "1"
+    page.keyboard.type("The call has no quantity.")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_selector(".critique-list li")
+    critique = Critique.objects.get(annotator=annotator)
+    assert (critique.step, critique.text) == (steps[1], "The call has no quantity.")

@@ -162,29 +162,11 @@ def tokenizer_corpus() -> list[str]:
 def build_tool_policy(path: Path, *, seed: int = 0) -> Path:
     """A tiny untrained Qwen2 with a byte-level BPE and the Qwen chat template: a policy directory, and a base for
     the judge models."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     from reward_models.policy.chat_format import build_bpe_tokenizer
-    from reward_models.policy.model import save_policy
+    from reward_models.policy.model import build_tiny_qwen2, save_policy
 
     tokenizer = build_bpe_tokenizer(tokenizer_corpus(), 512)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
+    model = build_tiny_qwen2(tokenizer, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2, seed=seed)
     return save_policy(model, tokenizer, path, history_window=None, max_new_tokens=12)
 
 

@@ -13,6 +13,7 @@ from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Proj
 from feedback_app.models.trajectories import TaskSplit
 from reward_models.envs import training_seeds
 from reward_models.policy.bootstrap import BootstrapConfig
+from reward_models.policy.tool_bootstrap import ToolBootstrapConfig
 from training.bootstrap import bootstrap_in_process
 from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
 from training.runs import execute_run
@@ -28,6 +29,22 @@ reasoning (where it thinks the goal is) and one action: `up`, `down`, `left` or 
 - **Step labels**: +1 for a move that brings A closer to G along a shortest path, 0 for a harmless detour,
   -1 for a move into a wall or away from the goal. *First error* marks the first -1 and everything before it +1.
 - **Intervene** at the first bad move: pick the right action and say why in a few words.
+"""
+
+TOOL_GUIDELINES = """\
+# Tool-use demo: how to label
+
+The agent is a shop's assistant. It reads the customer's request and calls the shop's tools: `search`, `get_item`,
+`add_to_cart`, `remove_from_cart`, `view_cart` and `checkout`. Each call shows its arguments, and the tool's answer
+sits beside it.
+
+- **Compare**: prefer the trajectory that checks out exactly what was asked (the right item, the right quantity),
+  and among those the shorter one. A made-up item id, a wrong quantity or checking out too early is a failure.
+- **Step labels**: +1 for a call that moves towards the order (a search for the named item, adding the id the search
+  returned, checking out the right cart), 0 for a harmless detour (viewing the cart), -1 for a wrong id, a wrong
+  quantity, broken arguments or an early answer. *First error* marks the first -1 and everything before it +1.
+- **Intervene** at the first bad call: pick the tool and fill in its arguments (each is checked against the tool's
+  schema), or write a reply, and say why in a few words. The agent then continues from your turn.
 """
 
 DEMO_USERS = [("annotator", Role.ANNOTATOR), ("researcher", Role.RESEARCHER), ("admin", Role.ADMIN)]
@@ -61,13 +78,26 @@ DEMOS = [
         "The built-in text gridworld: reach G, avoid walls. Has an oracle.",
         {"n_episodes": 300, "max_train_steps": 30, "eval_tasks": 20},
     ),
+    Demo(
+        "tool-use-demo",
+        "Tool-use demo",
+        "A shop's assistant that calls tools with JSON arguments: chat turns, tool calls and tool results.",
+        TOOL_GUIDELINES,
+        "toolshop",
+        "reward_models.envs.toolshop.ToolShop",
+        ToolBootstrapConfig().env_config(),
+        "The built-in shop with six JSON-schema tools: search, look up ids, fill the cart, check out. Has an oracle.",
+        # The shipped weights are copied, not trained, so --quick only evaluates them on fewer tasks.
+        {"eval_tasks": 10},
+    ),
 ]
 
 
 class Command(BaseCommand):
     help = (
-        "Create the demos: the gridworld project, its tasks, the demo users, its bootstrapped "
-        "tiny policy and a first batch of rollouts. Safe to run again: what exists is kept, nothing is trained twice."
+        "Create the demos: the gridworld and tool-use projects, their tasks, the demo users, each one's "
+        "bootstrapped tiny policy and a first batch of rollouts. Safe to run again: what exists is kept, nothing is "
+        "trained twice."
     )
 
     def add_arguments(self, parser) -> None:

@@ -8,9 +8,10 @@ from training.bootstrap import bootstrap_in_process
 
 class Command(BaseCommand):
     help = (
-        "Train the built-in tiny gridworld policy by supervised fine-tuning on noisy scripted demonstrations and "
-        "register it as a policy version of PROJECT (a gridworld project). Deterministic for a given --seed; shows "
-        "a progress bar; about 2 minutes on 2 CPU cores."
+        "Train the built-in tiny policy of PROJECT's environment (the gridworld or the tool-use shop) by supervised "
+        "fine-tuning on noisy scripted demonstrations and register it as a policy version of PROJECT. Deterministic "
+        "for a given --seed; shows a progress bar; about 2 minutes on 2 CPU cores for the gridworld. The shop's "
+        "policy with its default settings ships with Tandem and is copied and evaluated instead of trained."
     )
 
     def add_arguments(self, parser) -> None:
