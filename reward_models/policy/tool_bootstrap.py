@@ -29,7 +29,7 @@ has to teach it.
 
 Deterministic for a given config and ``num_threads``, as long as ``max_seconds`` does not cut training short.
 
-Training the defaults takes about half an hour on 2 CPU cores, so the weights they give are shipped in
+Training the defaults takes about 20 minutes on one CPU core, so the weights they give are shipped in
 ``SHIPPED_DIR`` (about 4 MB, made by this command with ``--use_shipped false`` and the default config), with their
 ``metrics.json``. With ``use_shipped`` (the default) and a config whose training fields equal theirs, the command
 copies them instead of training, and evaluates the copy on this machine. ``bench/tool_policy.py`` trains them again
