@@ -192,8 +192,9 @@ def task_tools(task: dict[str, Any]) -> list[dict[str, Any]]:
 
 def describe_message(env: Environment, message: dict[str, Any], calls: list[dict[str, Any]]) -> tuple[str, str]:
     """``(reasoning, action)``: an assistant turn as the annotator pages show it. An environment may define
-    ``describe_message(message)``; by default a turn that calls tools shows its text as the reasoning and the calls
-    as the action, and any other turn is all action."""
+    ``describe_message(message)``; by default a turn that calls tools shows its text as the reasoning (without the
+    ``<tool_call>`` blocks, where the model wrote its calls into its text) and the calls as the action, and any other
+    turn is all action."""
     describe = getattr(env, "describe_message", None)
     if describe is not None:
         return describe(message)
@@ -202,4 +203,8 @@ def describe_message(env: Environment, message: dict[str, Any], calls: list[dict
         return "", content
     from reward_models.conversation import assistant_text
 
+    if not message.get("tool_calls") and "<tool_call>" in content:
+        from reward_models.policy.chat_format import parse_assistant_text
+
+        content = parse_assistant_text(content)["content"]
     return content, assistant_text({"tool_calls": calls})

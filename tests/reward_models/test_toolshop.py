@@ -321,3 +321,18 @@ def test_the_tokenizer_is_a_byte_level_bpe_with_single_token_ids_and_digits(toke
 
 
 # --- the bootstrap ---------------------------------------------------------------------------------------------------
+
+
+def test_a_turn_with_its_calls_in_its_text_shows_the_text_without_them_as_reasoning():
+    from reward_models.conversation import message_tool_calls
+    from reward_models.envs.base import describe_message
+    from reward_models.policy.chat_format import format_tool_call
+
+    env = ToolShop()
+    text = "Looking it up.\n" + format_tool_call("search", {"query": "red mug"})
+    message = {"role": "assistant", "content": text}
+    reasoning, action = describe_message(env, message, message_tool_calls(message))
+    assert reasoning == "Looking it up."
+    assert "search" in action and "red mug" in action
+    bare = {"role": "assistant", "content": format_tool_call("checkout", {})}
+    assert describe_message(env, bare, message_tool_calls(bare))[0] == ""
