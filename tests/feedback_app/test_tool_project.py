@@ -25,7 +25,7 @@ from reward_models.envs.base import message_action
 from reward_models.envs.toolshop import ToolShop
 from reward_models.policy.tool_bootstrap import SHIPPED_DIR
 from training.judges import run_judge
-from training.policy_runs import run_policy_training
+from training.policy_runs import POLICY_RUN_KINDS, run_policy_training
 from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
 from training.runs import RunRecorder, execute_run
 
@@ -161,16 +161,17 @@ def test_every_judge_and_policy_method_trains_on_tool_labels_launched_through_th
             body["snapshot"] = snapshots[snapshot]
         if kind in JUDGES_OF:
             body["judges"] = {setting: models[judge] for setting, judge in JUDGES_OF[kind].items()}
-        if kind in ("sft", "dpo", "kto", "ppo", "nash_md", "spo", "grpo"):
+        trains_policy = kind in POLICY_RUN_KINDS
+        if trains_policy:
             body["review"] = {"enabled": False}
         response = client.post(f"/api/projects/{project.pk}/runs/", body, format="json")
         assert response.status_code == 201, (kind, response.json())
         run_id = response.json()["id"]
-        work = run_policy_training if kind in JUDGES_OF or kind in ("sft", "dpo", "kto") else run_judge
+        work = run_policy_training if trains_policy else run_judge
         execute_run(run_id, work, lambda pk: RunRecorder(pk, check_interval=0.0))
         run = TrainingRun.objects.get(pk=run_id)
         assert run.status == RunStatus.SUCCEEDED, (kind, run.error)
-        if work is run_judge:
+        if not trains_policy:
             models[kind] = RegisteredModel.objects.get(run=run).pk
         else:
             child = PolicyVersion.objects.get(produced_by=run)
