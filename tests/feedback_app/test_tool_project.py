@@ -45,7 +45,10 @@ RUNS = {
     # A handful of corrections holds no cycle of actions to balance: every pair trains.
     "dpo": ("step_preference", {**POLICY, "max_steps": 2, "batch_size": 2, "balance": "none"}),
     "kto": ("unpaired", {**POLICY, "max_steps": 2, "batch_size": 4}),
-    "ppo": (None, {**POLICY, "max_steps": 1, "rollouts_per_step": 4, "batch_size": 8, "ppo_epochs": 1}),
+    "ppo": (
+        None,
+        {**POLICY, "max_steps": 1, "rollouts_per_step": 4, "batch_size": 8, "ppo_epochs": 1, "selection_tasks": 2},
+    ),
     "nash_md": (None, {**POLICY, "max_steps": 1, "batch_size": 2}),
     "spo": (None, {**POLICY, "max_steps": 1, "batch_size": 2}),
     "grpo": (None, {**POLICY, "max_steps": 1, "prompts_per_step": 2, "num_generations": 2, "train_prompts": 4}),
