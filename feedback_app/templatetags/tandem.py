@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import markdown as markdown_lib
@@ -10,7 +11,7 @@ from django.utils.formats import localize
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from reward_models.conversation import message_tool_calls
+from reward_models.conversation import message_tool_calls, reply_text
 
 register = template.Library()
 
@@ -54,17 +55,18 @@ def step_card(step, show_outcomes: bool = False) -> SafeString:
     The observation, reasoning and action sit in ``data-span-field`` elements whose text is exactly the field's, so a
     critique's span offsets count characters of the stored text."""
     number = step.index + 1
+    dom_id = getattr(step, "dom_id", None) or f"step-{int(step.pk)}"  # a turn not yet stored names its own
     reward = (
         f' <span class="muted">reward {localize(step.env_reward)}</span>' if show_outcomes and step.env_reward else ""
     )
     parts = [
-        f'<article class="step card" id="step-{int(step.pk)}">',
+        f'<article class="step card" id="{escape(dom_id)}">',
         f"<header><strong>Step {number}</strong>{reward}</header>",
     ]
     render = step.render if isinstance(step.render, dict) else {}
     if render.get("kind") == "grid":
         parts.append(gridmap(render.get("rows") or [], number))
-    elif step.observation:
+    elif step.observation and not getattr(step, "observation_repeats", False):
         # The span wrapper keeps a leading newline (the parser drops one right after <pre>), so offsets match.
         parts.append(
             f'<pre class="observation"><span data-span-field="observation">{escape(step.observation)}</span></pre>'
@@ -86,6 +88,24 @@ def step_card(step, show_outcomes: bool = False) -> SafeString:
         )
     parts.extend(calls)
     return mark_safe(parts[0] + "\n  " + "\n  ".join(parts[1:]) + "\n</article>")
+
+
+def mark_repeated_observations(steps: Iterable[Any]) -> list[Any]:
+    """The steps as a list, each marked ``observation_repeats`` when its observation is only the tool results that
+    answered the step before it: that step's card shows them beside its calls, so `step_card` leaves them out here
+    instead of showing every result twice. An observation that says anything else (a user's turn) is kept."""
+    steps = list(steps)
+    previous: set[str] = set()
+    for step in steps:
+        step.observation_repeats = bool(step.observation) and step.observation in previous
+        replies = step.replies if isinstance(step.replies, list) else []
+        previous = set()
+        if replies and all(isinstance(r, dict) and r.get("role") == "tool" for r in replies):
+            # As an import writes it (each result after its tool's name), or as an environment joins its results.
+            previous.add(reply_text(replies))
+            if all(isinstance(r.get("content"), str) for r in replies):
+                previous.add("\n".join(r["content"] for r in replies))
+    return steps
 
 
 def _tool_calls_html(step) -> list[str]:

@@ -37,7 +37,7 @@ from feedback_app.models import (
 )
 from feedback_app.models.queue import AssignmentStatus
 from feedback_app.rows import Rows, fetch_all
-from feedback_app.templatetags.tandem import step_card
+from feedback_app.templatetags.tandem import mark_repeated_observations, step_card
 from feedback_app.views.workspace import get_membership_and_assignment
 
 TEMPLATE = "feedback_app/compare.html"
@@ -247,7 +247,7 @@ def _rendered_steps(trajectory: Trajectory, show_outcomes: bool) -> dict[int, Sa
         if (cached := _STEP_CACHE.get(key)) is not None:
             _STEP_CACHE.move_to_end(key)
             return cached[0]
-    steps = [_STEPS.read(row) for row in fetch_all(_STEPS_SQL, [trajectory.pk])]
+    steps = mark_repeated_observations(_STEPS.read(row) for row in fetch_all(_STEPS_SQL, [trajectory.pk]))
     rendered = {step.index: step_card(step, show_outcomes) for step in steps}
     size = sum(map(len, rendered.values()))
     with _STEP_CACHE_LOCK:

@@ -34,6 +34,7 @@ from feedback_app.models import (
     Trajectory,
 )
 from feedback_app.models.labels import StepLabelValue
+from feedback_app.templatetags.tandem import mark_repeated_observations
 from feedback_app.views.workspace import get_own_assignment
 
 DEFAULT_TAGS = (
@@ -313,8 +314,9 @@ def _critique_context(user, project: Project, trajectory: Trajectory, assignment
 
 
 def _attach_my_labels(user, steps: Iterable[Step]) -> list[Step]:
-    """Give each step the user's own current label (`my_label`) and a fresh client token, in one query."""
-    steps = list(steps)
+    """Give each step the user's own current label (`my_label`) and a fresh client token, in one query (and mark the
+    observations that only repeat the step before's tool results)."""
+    steps = mark_repeated_observations(steps)
     labels = dict(
         StepLabel.objects.filter(annotator=user, step__in=[step.pk for step in steps], is_current=True).values_list(
             "step_id", "value"

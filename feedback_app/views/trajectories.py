@@ -6,6 +6,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from feedback_app.access import get_trajectory_for_member, sees_outcomes
+from feedback_app.templatetags.tandem import mark_repeated_observations
 
 
 @require_GET
@@ -16,7 +17,7 @@ def trajectory_detail(request: HttpRequest, project_pk: int, trajectory_pk: int)
     context = {
         "project": membership.project,
         "trajectory": trajectory,
-        "steps": trajectory.steps.order_by("index"),
+        "steps": mark_repeated_observations(trajectory.steps.order_by("index")),
         "show_outcomes": show_outcomes,
         "show_policy_names": show_outcomes or not membership.project.blind,
     }

@@ -10,7 +10,7 @@ from django.template import Context, Template
 from django.utils.safestring import SafeString
 
 from feedback_app.models import Step
-from feedback_app.templatetags.tandem import step_card
+from feedback_app.templatetags.tandem import mark_repeated_observations, step_card
 
 
 def field_text(html: str, field: str) -> str:
@@ -126,3 +126,29 @@ def test_templates_use_it_as_a_tag():
         Context({"step": step, "show_outcomes": True})
     )
     assert html == step_card(step, True)
+
+
+def test_an_observation_that_only_repeats_the_tool_results_before_it_is_shown_once_with_its_call():
+    call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"query": "mug"}'}}
+    result = {"role": "tool", "tool_call_id": "c1", "name": "search", "content": '[{"id": "kq48"}]'}
+    user = {"role": "user", "content": "and a lamp"}
+
+    def turn(pk, index, observation, replies):
+        message = {"role": "assistant", "content": "", "tool_calls": [call]}
+        return Step(pk=pk, index=index, observation=observation, action="", message=message, replies=replies)
+
+    # As an environment joins its results, as an import writes them, and a user's turn that says more.
+    steps = mark_repeated_observations(
+        [
+            turn(1, 0, "Buy a mug.", [result]),
+            turn(2, 1, '[{"id": "kq48"}]', [result]),
+            turn(3, 2, '[search] [{"id": "kq48"}]', [result, user]),
+            turn(4, 3, '[search] [{"id": "kq48"}]\nand a lamp', []),
+        ]
+    )
+    assert [step.observation_repeats for step in steps] == [False, True, True, False]
+    cards = [step_card(step) for step in steps]
+    assert field_text(cards[0], "observation") == "Buy a mug."
+    assert 'data-span-field="observation"' not in cards[1] and 'data-span-field="observation"' not in cards[2]
+    assert field_text(cards[3], "observation").endswith("and a lamp")
+    assert cards[1].count('[{&quot;id&quot;: &quot;kq48&quot;}]') == 1  # once, as the result of its call
