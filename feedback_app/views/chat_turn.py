@@ -18,8 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reward_models.conversation import message_tool_calls
+from reward_models.policy.chat_format import parse_assistant_text
+
 MAX_CALLS = 8  # tool calls in one corrected turn
 INTEGER = re.compile(r"[+-]?\d+")
+STEP_PREFIX = re.compile(r"^step \d+: ")  # how the intervention's check names a takeover turn
 
 
 @dataclass
@@ -55,6 +59,13 @@ class TurnEditor:
     def can_add(self) -> bool:
         return len(self.calls) < MAX_CALLS
 
+    @property
+    def has_errors(self) -> bool:
+        return bool(
+            self.errors
+            or any(call.errors or any(argument.errors for argument in call.arguments) for call in self.calls)
+        )
+
 
 def tool_parameters(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each tool's JSON schema of its arguments, by tool name, in the order the task lists them."""
@@ -67,10 +78,19 @@ def tool_parameters(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, A
     return schemas
 
 
-def read_editor(params: Mapping[str, Any], tools: Sequence[Mapping[str, Any]], *, interactive: bool) -> TurnEditor:
+def read_editor(
+    params: Mapping[str, Any],
+    tools: Sequence[Mapping[str, Any]],
+    *,
+    interactive: bool,
+    start: Mapping[str, Any] | None = None,
+) -> TurnEditor:
     """The editor as the annotator left it: the posted text and calls, after "add a call" or "remove" when
-    `interactive`. With nothing posted, it starts from the step's own turn's shape: text and no call."""
+    `interactive`. With nothing posted, it holds the `start` message (the policy's own turn, to be edited), or is
+    empty."""
     schemas = tool_parameters(tools)
+    if "call_count" not in params:
+        return editor_from_message(start or {}, tools)
     count = _count(params.get("call_count"))
     indices = list(range(count))
     if interactive:
@@ -87,6 +107,34 @@ def read_editor(params: Mapping[str, Any], tools: Sequence[Mapping[str, Any]], *
         fields = _argument_fields(position, schemas.get(name, {}), params, index)
         calls.append(CallEditor(position, name, fields))
     return TurnEditor(list(schemas), str(params.get("content", "")), calls)
+
+
+def editor_from_message(message: Mapping[str, Any], tools: Sequence[Mapping[str, Any]]) -> TurnEditor:
+    """An editor holding `message`: its text, and each call's tool and arguments in their fields. A call to a tool
+    the task does not have, or arguments that are not a JSON object, leave that call's fields empty."""
+    schemas = tool_parameters(tools)
+    content = message.get("content")
+    content = content if isinstance(content, str) else ""
+    if not message.get("tool_calls") and "<tool_call>" in content:  # a local model writes its calls in its text
+        content = parse_assistant_text(content)["content"]
+    calls = []
+    for position, call in enumerate(message_tool_calls(dict(message))[:MAX_CALLS]):
+        function = call.get("function", call) if isinstance(call, Mapping) else {}
+        name = function.get("name") if isinstance(function, Mapping) else None
+        arguments = function.get("arguments") if isinstance(function, Mapping) else None
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                arguments = None
+        known = name in schemas
+        values = {
+            f"call-0-arg-{key}": value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            for key, value in (arguments.items() if known and isinstance(arguments, Mapping) else ())
+        }
+        name = name if known else next(iter(schemas), "")
+        calls.append(CallEditor(position, name, _argument_fields(position, schemas.get(name, {}), values, 0)))
+    return TurnEditor(list(schemas), content, calls)
 
 
 def editor_message(editor: TurnEditor, tools: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], bool]:
@@ -120,9 +168,11 @@ def editor_message(editor: TurnEditor, tools: Sequence[Mapping[str, Any]]) -> tu
 
 def attach_errors(editor: TurnEditor, errors: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     """Put each error of the intervention's check beside the editor's field it names (``tool_calls.<i>.name``,
-    ``tool_calls.<i>.arguments[.<field>]``, the turn itself as ``corrected_action``); returns the rest."""
+    ``tool_calls.<i>.arguments[.<field>]``, the turn itself as ``corrected_action`` or, taking over, as
+    ``takeover_actions``); returns the rest."""
     rest: dict[str, list[str]] = {}
     for key, messages in errors.items():
+        messages = [STEP_PREFIX.sub("", message) for message in messages]  # beside its field, the step is plain
         match = re.fullmatch(r"tool_calls\.(\d+)\.(name|arguments)(?:\.([^.\[]+).*)?", key)
         call = editor.calls[int(match.group(1))] if match and int(match.group(1)) < len(editor.calls) else None
         if call is not None and match.group(3):
@@ -132,7 +182,7 @@ def attach_errors(editor: TurnEditor, errors: Mapping[str, Sequence[str]]) -> di
                 continue
         if call is not None:
             call.errors.extend(messages)
-        elif key == "corrected_action":
+        elif key in ("corrected_action", "takeover_actions"):  # the turn in the editor, or a later one's end
             editor.errors.extend(messages)
         else:
             rest.setdefault(key, []).extend(messages)

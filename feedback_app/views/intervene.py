@@ -9,6 +9,7 @@ annotator's steps marked.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,9 +35,18 @@ from feedback_app.interventions import (
 )
 from feedback_app.models import Intervention, Membership, Step, Trajectory
 from feedback_app.models.labels import InterventionStatus
-from feedback_app.views.chat_turn import attach_errors, editor_message, read_editor
+from feedback_app.templatetags.tandem import mark_repeated_observations
+from feedback_app.views.chat_turn import (
+    TurnEditor,
+    attach_errors,
+    editor_from_message,
+    editor_message,
+    read_editor,
+)
 from feedback_app.views.steps import errors_by_field, step_or_404, trajectory_for_member
 from feedback_app.views.workspace import get_own_assignment
+from reward_models.conversation import message_tool_calls
+from reward_models.envs.base import describe_message
 
 TEMPLATE = "feedback_app/intervene.html"
 STATUS_TEMPLATE = "feedback_app/_intervention_status.html"
@@ -44,6 +54,27 @@ PLAY_FIELDS = ("corrected_action", "takeover_actions", "step")
 FORM_FIELDS = (*PLAY_FIELDS, "corrected_reasoning", "reason")
 # Keys for the gridworld's moves: arrows and w a s d. Any other environment's actions get the digits 1–9.
 MOVE_KEYS = {"up": "w ArrowUp", "left": "a ArrowLeft", "down": "s ArrowDown", "right": "d ArrowRight"}
+
+
+@dataclass
+class PlayedTurn:
+    """One of the annotator's chat turns as `step_card` shows a step: the message, its tool calls beside the tool
+    messages that answered them."""
+
+    index: int
+    message: dict[str, Any]
+    replies: list[dict[str, Any]]
+    reasoning: str
+    action: str
+    observation: str = ""
+    env_reward: float = 0.0
+    render: dict[str, Any] = field(default_factory=dict)
+    media: list[Any] = field(default_factory=list)
+    tool_calls: list[Any] = field(default_factory=list)
+
+    @property
+    def dom_id(self) -> str:
+        return f"played-{self.index + 1}"
 
 
 @dataclass
@@ -59,6 +90,15 @@ class Play:
     ended: bool = False
     errors: dict[str, list[str]] = field(default_factory=dict)
     not_replayable: str = ""  # why the environment cannot continue this trajectory, when it cannot
+    # Chat turns: the assistant messages played so far (the correction first), each shown as a card with what the
+    # environment answered, and the number of the step the editor writes.
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    cards: list[PlayedTurn] = field(default_factory=list)
+    next_step: int = 0
+
+    @property
+    def turns_json(self) -> list[str]:
+        return [json.dumps(turn, ensure_ascii=False) for turn in self.turns]
 
     @property
     def buttons(self) -> list[tuple[str, str]]:
@@ -84,13 +124,17 @@ def intervene(request: HttpRequest, project_pk: int, trajectory_pk: int, index: 
     prefix = list(trajectory.steps.filter(index__lt=index).order_by("index"))
     tools = offered_tools(trajectory)
     interactive = request.method == "GET"
-    # A task with tools is corrected with a chat turn (text and tool calls); the others by picking actions.
-    editor = read_editor(params, tools, interactive=interactive) if tools else None
-    play = _play(trajectory, step, prefix, params, interactive=interactive and editor is None)
+    # A task with tools is corrected with chat turns (text and tool calls); the others by picking actions.
+    editor = None
+    if tools:
+        editor = read_editor(params, tools, interactive=interactive, start=step.message)
+        play, editor = _chat_play(trajectory, step, prefix, params, editor, tools, interactive=interactive)
+    else:
+        play = _play(trajectory, step, prefix, params, interactive=interactive)
     if request.method == "GET" or play.not_replayable:
         context = _context(request, membership, trajectory, step, prefix, play, assignment) | {"editor": editor}
         template_name = TEMPLATE + "#play" if request.htmx and not play.not_replayable else TEMPLATE
-        refused = play.errors or (play.not_replayable and request.method == "POST")
+        refused = play.errors or (editor and editor.has_errors) or (play.not_replayable and request.method == "POST")
         return render(request, template_name, context, status=400 if refused else 200)
 
     values = {"corrected_reasoning": params.get("corrected_reasoning", ""), "reason": params.get("reason", "")}
@@ -101,10 +145,15 @@ def intervene(request: HttpRequest, project_pk: int, trajectory_pk: int, index: 
     correction: dict[str, Any] = {"corrected_action": play.corrected_action, "takeover_actions": play.takeover_actions}
     try:
         if editor is not None:
+            if play.errors:
+                raise ValidationError(play.errors)
             message, readable = editor_message(editor, tools)
             if not readable:
                 raise ValidationError({})
-            correction = {"corrected_message": message, "reason": values["reason"]}
+            # Taking over, the turn in the editor is played after the ones played already, unless it is left empty.
+            written = bool(message["content"] or message.get("tool_calls"))
+            turns = [*play.turns, message] if written or not play.turns else play.turns
+            correction = {"corrected_message": turns[0], "takeover_actions": turns[1:], "reason": values["reason"]}
         else:
             correction |= values
         stored = labelling.intervene(
@@ -144,7 +193,7 @@ def intervention_status(request: HttpRequest, project_pk: int, intervention_pk: 
         raise Http404("No such intervention.")
     child_steps: list[Step] = []
     if intervention.status == InterventionStatus.DONE and intervention.child_trajectory_id:
-        child_steps = list(intervention.child_trajectory.steps.order_by("index"))
+        child_steps = mark_repeated_observations(intervention.child_trajectory.steps.order_by("index"))
         branch = intervention.step.index
         human = range(branch, branch + 1 + len(intervention.takeover_actions))
         for child_step in child_steps:
@@ -216,6 +265,91 @@ def _play(trajectory: Trajectory, step: Step, prefix: list[Step], params: QueryD
     play.ended = results[-1].done
     play.legal_actions = [] if play.ended else env.legal_actions()
     return play
+
+
+def _chat_play(
+    trajectory: Trajectory,
+    step: Step,
+    prefix: list[Step],
+    params: QueryDict,
+    editor: TurnEditor,
+    tools: list[dict[str, Any]],
+    *,
+    interactive: bool,
+) -> tuple[Play, TurnEditor]:
+    """The chat turns the annotator has played at the intervened step, in takeover mode, and the editor of the next
+    one, after a mode switch, "play this turn" or an undo (`interactive`). Played turns travel in the form as hidden
+    ``played`` fields, one assistant message each as JSON, and are replayed in the environment to show what each
+    got back; "play this turn" checks the editor's turn the same way before it joins them, and an undo puts the last
+    one back in the editor. Correcting one step plays no turn here: the editor's turn is the correction."""
+    play = Play(takeover=params.get("mode") == "takeover", render=step.render)
+    turns: list[dict[str, Any]] = []
+    for raw in params.getlist("played"):
+        try:
+            turn = json.loads(raw)
+        except json.JSONDecodeError:
+            turn = None
+        if not isinstance(turn, dict) or turn.get("role") != "assistant":
+            play.errors["takeover_actions"] = [
+                "A turn you played came back garbled; stop taking over and take over again."
+            ]
+            turns = []
+            break
+        turns.append(turn)
+    original = [earlier.message for earlier in prefix]
+    try:
+        task = task_spec(trajectory.task)
+        if interactive:
+            if params.get("switch") in ("takeover", "correct"):
+                play.takeover = params["switch"] == "takeover"
+                if not play.takeover and turns:  # the correction stays in the editor; the turns after it go
+                    editor, turns = editor_from_message(turns[0], tools), []
+            if params.get("undo") and turns:
+                editor = editor_from_message(turns.pop(), tools)
+            elif params.get("play_turn") and play.takeover:
+                turns, editor = _play_editor_turn(trajectory, task, original, turns, editor, tools, play)
+        if not play.takeover:
+            turns = []
+        if turns:
+            env, results = _replay_turns(trajectory, task, original, turns, tools)
+            play.ended = results[-1].done
+            for offset, (turn, result) in enumerate(zip(turns, results[-len(turns) :], strict=True)):
+                reasoning, action = describe_message(env, turn, message_tool_calls(turn))
+                replies = result.info.get("messages") if isinstance(result.info.get("messages"), list) else []
+                play.cards.append(PlayedTurn(step.index + offset, turn, replies, reasoning, action))
+        else:
+            legal_actions_at(trajectory, step.index)  # the episode replays up to this step and has not ended
+    except NotReplayable as exc:
+        play.not_replayable = " ".join(exc.messages)
+    except ValidationError as exc:
+        play.errors |= errors_by_field(exc, PLAY_FIELDS)
+    play.turns = turns
+    play.next_step = step.index + 1 + len(turns)
+    if play.ended:  # nothing is left to write: the form carries the played turns alone
+        editor = editor_from_message({}, tools)
+    return play, editor
+
+
+def _play_editor_turn(trajectory, task, original, turns, editor, tools, play: Play) -> tuple[list, TurnEditor]:
+    """Play the editor's turn: it joins the played turns and a fresh editor comes for the next one; or, when it
+    cannot be played, it stays in the editor with each reason beside its field."""
+    message, readable = editor_message(editor, tools)
+    if not readable:
+        return turns, editor
+    try:
+        _replay_turns(trajectory, task, original, [*turns, message], tools)
+    except NotReplayable:
+        raise
+    except ValidationError as exc:
+        rest = attach_errors(editor, exc.message_dict)
+        play.errors |= errors_by_field(ValidationError(rest), PLAY_FIELDS) if rest else {}
+        return turns, editor
+    return [*turns, message], editor_from_message({}, tools)
+
+
+def _replay_turns(trajectory: Trajectory, task: dict[str, Any], original: list, turns: list, tools: list):
+    env = trajectory.project.environment.load()
+    return env, replay_correction(env, task, original, turns[0], turns[1:], tools)
 
 
 def _context(request, membership: Membership, trajectory, step, prefix, play: Play, assignment) -> dict:

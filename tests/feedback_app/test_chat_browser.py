@@ -1,6 +1,6 @@
 """A chat trajectory with tool calls in real Chromium: the step page shows each call with its result beside it and
-its raw JSON one click away, step labels go by keyboard as on the gridworld, and the intervene page corrects a tool
-call field by field, the error beside its field and the typed text kept."""
+its raw JSON one click away, step labels go by keyboard as on the gridworld, and the intervene page corrects the
+policy's tool call field by field, the error beside its field and the typed text kept, then takes over for a turn."""
 
 from __future__ import annotations
 
@@ -47,16 +47,13 @@ def test_an_annotator_labels_and_corrects_a_tool_calling_trajectory(browser_page
     assert labels == {0: 1, 1: -1}
     page.screenshot(path=str(docs_dir / "chat-steps.png"))
 
-    # Intervene on the second turn: a call to add_to_cart, its quantity first typed wrong.
+    # Intervene on the second turn: the editor holds the policy's call to add_to_cart, whose quantity is missing;
+    # it is first typed wrong.
     page.click(f"#step-{steps[1].pk} header")
     page.wait_for_selector(f"#step-{steps[1].pk}-row.focused")
     page.keyboard.press("i")
     page.wait_for_url(f"**{reverse('intervene', args=[project.pk, trajectory.pk, 1])}?assignment=*")
-    page.keyboard.press("a")  # add a tool call
-    page.wait_for_selector("#call-0-name")
-    page.select_option("#call-0-name", "add_to_cart")
-    page.wait_for_selector("#call-0-arg-quantity")
-    page.fill("#call-0-arg-item_id", "kq48")
+    assert page.input_value("#call-0-name") == "add_to_cart" and page.input_value("#call-0-arg-item_id") == "kq48"
     page.fill("#call-0-arg-quantity", "two")
     page.fill("#intervene-reason", "It forgot the quantity.")
     page.click("#intervene-form button[type=submit]")
@@ -65,13 +62,25 @@ def test_an_annotator_labels_and_corrects_a_tool_calling_trajectory(browser_page
     assert page.input_value("#intervene-reason") == "It forgot the quantity."
     page.screenshot(path=str(docs_dir / "intervene-chat.png"), full_page=True)
 
+    # Take over: play the corrected turn, see what the shop answers, and write the next turn by hand.
+    page.fill("#call-0-arg-quantity", "2")
+    page.keyboard.press("Escape")
+    page.keyboard.press("t")
+    page.wait_for_selector("button[name=play_turn]")
+    page.keyboard.press("p")
+    page.wait_for_selector("#played-2 .tool-result")
+    page.wait_for_selector("text=The assistant's turn at step 3")
+    page.fill("#turn-content", "Your two red mugs are in the cart.")
+    page.screenshot(path=str(docs_dir / "intervene-takeover-chat.png"), full_page=True)
+
     # The page's own 400 is logged by Chromium as a failed resource; nothing else may be.
     assert [text for text in console_errors if "status of 400" not in text] == []
-    page.fill("#call-0-arg-quantity", "2")
     page.click("#intervene-form button[type=submit]")
     page.wait_for_url("**/interventions/*/")
-    [call] = Intervention.objects.get().corrected_message["tool_calls"]
+    intervention = Intervention.objects.get()
+    [call] = intervention.corrected_message["tool_calls"]
     assert json.loads(call["function"]["arguments"]) == {"item_id": "kq48", "quantity": 2}
+    assert intervention.takeover_actions == [{"role": "assistant", "content": "Your two red mugs are in the cart."}]
 
 
 def test_an_annotator_compares_and_critiques_tool_calling_trajectories_by_keyboard(

@@ -151,4 +151,4 @@ def test_an_observation_that_only_repeats_the_tool_results_before_it_is_shown_on
     assert field_text(cards[0], "observation") == "Buy a mug."
     assert 'data-span-field="observation"' not in cards[1] and 'data-span-field="observation"' not in cards[2]
     assert field_text(cards[3], "observation").endswith("and a lamp")
-    assert cards[1].count('[{&quot;id&quot;: &quot;kq48&quot;}]') == 1  # once, as the result of its call
+    assert cards[1].count("[{&quot;id&quot;: &quot;kq48&quot;}]") == 1  # once, as the result of its call
