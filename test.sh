@@ -21,6 +21,9 @@ mkdir -p "$TANDEM_DATA_DIR"
 .venv/bin/ruff format --check .
 .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null || {
   echo "Model changes without a migration: run manage.py makemigrations." >&2; exit 1; }
+# The docs site (mkdocs.yml): --strict fails on a broken link or a page left out; generated pages come from
+# docs/hooks.py.
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 # Test processes (pytest-xdist): one per core, two to four, each with its own database, data directory and broker
 # (tests/xdist_env.py); modules are spread over them (tests/conftest.py). TEST_PROCESSES=0 runs everything here.
 cores=$(nproc 2>/dev/null || echo 2)

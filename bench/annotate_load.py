@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import os
 import random
 import re
@@ -76,6 +77,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--port", type=int, default=0, help="Port for gunicorn; 0 picks a free one.")
     parser.add_argument("--keep-database", action="store_true", help="Leave the benchmark database in place.")
+    parser.add_argument("--out", default="var/bench/annotate_load.json", help="Where the figures go (JSON).")
     return parser.parse_args()
 
 
@@ -523,6 +525,33 @@ def main() -> None:
           f"{'yes' if not problems else 'NO'}")  # fmt: skip
     for problem in problems:
         print("  problem:", problem)
+    figures = {
+        "settings": {
+            "annotators": args.annotators,
+            "think_ms": args.think_ms,
+            "gunicorn_workers": args.workers,
+            "gunicorn_threads": args.threads,
+            "keep_alive_s": args.keep_alive,
+            "labelled_before": args.labelled_before,
+            "database": "PostgreSQL",
+        },
+        "measured_s": round(seconds, 2),
+        "labels_per_s": round(len(stored_in_window) / seconds, 1),
+        "p50_ms": round(statistics.median(latencies_ms), 1) if latencies_ms else None,
+        "p99_ms": round(percentile(latencies_ms, 0.99), 1) if latencies_ms else None,
+        "max_ms": round(max(latencies_ms), 1) if latencies_ms else None,
+        "lease_lost_409": sum(1 for s in window if s.status == 409),
+        "cores_busy": {
+            "gunicorn": round(cpu_server / seconds, 2),
+            "postgresql": round(cpu_postgres / seconds, 2),
+            "client": round(cpu_client / seconds, 2),
+        },
+        "stored_equals_submitted": not problems,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"wrote {out}")
     shutil.rmtree(data_dir, ignore_errors=True)
     if not args.keep_database:
         connections.close_all()

@@ -318,7 +318,7 @@ def browser_page_for(chromium, live_server):
 
 @pytest.fixture
 def docs_dir():
-    """Where browser tests save the README's screenshots."""
+    """Where browser tests save the docs' screenshots."""
     from pathlib import Path
 
     path = Path(__file__).parent.parent / "docs"

@@ -61,7 +61,7 @@ def _invalid(exc: ExportRequestError) -> ValidationError:
 STREAMED = OpenApiResponse(
     OpenApiTypes.BINARY,
     description="The export, streamed: JSON Lines (one row per line) or a Parquet file; `Content-Disposition` names "
-    "it. The columns of each kind are listed in the README's Exports section.",
+    "it. The columns of each kind are listed in the docs' REST API and exports page (docs/data.md).",
 )
 INVALID = OpenApiResponse(ValidationErrorSerializer, description="A bad filter or kind; each bad field is named.")
 FORBIDDEN = OpenApiResponse(ErrorSerializer, description="Only researchers and admins of the project may export.")

@@ -3,6 +3,7 @@ the annotation-throughput benchmark cannot break unseen. Its figures are the ben
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -16,19 +17,22 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "annotate_load.py"
 DATABASE = "tandem_annotate_bench_smoke"
 
 
-def test_the_annotate_bench_labels_through_gunicorn_and_checks_what_was_stored():
+def test_the_annotate_bench_labels_through_gunicorn_and_checks_what_was_stored(tmp_path):
     url = urlsplit(os.environ.get("DATABASE_URL", ""))
     if not url.scheme.startswith("postgres"):
         pytest.skip("the annotate bench drives gunicorn on PostgreSQL (DATABASE_URL is not a PostgreSQL URL)")
     env = {**os.environ, "DATABASE_URL": f"{url.scheme}://{url.netloc}/{DATABASE}"}
     command = [sys.executable, str(BENCH), "--annotators", "4", "--think-ms", "100", "--warmup", "1"]
-    command += ["--duration", "3", "--labelled-before", "60"]
+    command += ["--duration", "3", "--labelled-before", "60", "--out", str(tmp_path / "figures.json")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "(30 labelled before the run)" in done.stdout  # 60 labels at the default overlap of 2
     sustained = float(re.search(r"labels/s sustained:\s+([\d.]+)", done.stdout).group(1))
     assert sustained > 0
     assert "stored labels = successful submits" in done.stdout and "no slot over its overlap: yes" in done.stdout
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["labels_per_s"] == sustained and figures["stored_equals_submitted"] is True
+    assert figures["settings"]["annotators"] == 4 and figures["p99_ms"] >= figures["p50_ms"] > 0
 
     import psycopg
 

@@ -1,5 +1,5 @@
 """The compare page in real Chromium: labelling with the keyboard only, keeping typed text through a server
-failure, and the layout at desktop and phone widths (screenshots for the README)."""
+failure, and the layout at desktop and phone widths (screenshots for the docs)."""
 
 from __future__ import annotations
 
