@@ -59,6 +59,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--aggregates", default="majority", help="Comma-separated: majority, drop, all.")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--threads", type=int, default=4, help="gunicorn threads per worker.")
+    parser.add_argument("--out", default="var/bench/export_bench.json", help="Where the figures go (JSON).")
     args = parser.parse_args()
     if "bench" not in args.database:
         parser.error("--database must contain 'bench': the script drops and recreates it.")
@@ -418,6 +419,7 @@ def main() -> None:
             f"{'format':8} {'aggregate':9} {'rows':>9} {'MiB':>7} {'1st byte':>8} {'seconds':>8} {'rows/s':>7} "
             f"{'comparisons/s':>13} {'worker CPU':>10} {'rows/CPU-s':>10} {'peak RSS':>9} {'load':>5}"
         )
+        exports = []
         for fmt in args.formats.split(","):
             for aggregate in args.aggregates.split(","):
                 cpu_before = cpu_seconds(worker)
@@ -431,7 +433,34 @@ def main() -> None:
                     f"{rows / cpu:10.0f} {peak / 1024:6.0f}MiB {os.getloadavg()[0]:5.1f}",
                     flush=True,
                 )
-        print(f"\nWorker peak RSS (VmHWM) over all exports: {memory_kib(worker, 'VmHWM') / 1024:.0f} MiB")
+                exports.append(
+                    {
+                        "format": fmt,
+                        "aggregate": aggregate,
+                        "rows": rows,
+                        "MiB": round(result["bytes"] / 2**20, 1),
+                        "first_byte_s": round(result["first_byte"], 2),
+                        "seconds": round(seconds, 2),
+                        "rows_per_s": round(rows / seconds),
+                        "comparisons_per_s": round(args.comparisons / seconds),
+                        "worker_cpu_s": round(cpu, 2),
+                        "peak_rss_MiB": round(peak / 1024),
+                    }
+                )
+        peak_all = memory_kib(worker, "VmHWM") / 1024
+        print(f"\nWorker peak RSS (VmHWM) over all exports: {peak_all:.0f} MiB")
+        figures = {
+            "comparisons": args.comparisons,
+            "trajectories_per_task": args.trajectories_per_task,
+            "labels_per_pair": args.labels_per_pair,
+            "worker_rss_after_warm_up_MiB": round(baseline / 1024),
+            "worker_peak_rss_MiB": round(peak_all),
+            "exports": exports,
+        }
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(figures, indent=2) + "\n")
+        print(f"wrote {out}")
     finally:
         server.send_signal(signal.SIGTERM)
         try:

@@ -27,14 +27,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "benchmarks" / "results"
-# How each bench is told where to write its JSON; --out unless named here.
+# How each bench is told where to write its JSON; --out unless named here. Only benches that write JSON are listed.
 OUT_FLAGS = {"tool_policy": "--json"}
 TITLES = {
     "annotate_load": "Annotation throughput",
     "dpo_balance": "Step DPO's pair balancing",
     "export_bench": "Export throughput",
     "fuzz_api": "REST API fuzzing",
-    "import_bench": "Import throughput",
     "judge_oracle": "Judges against the oracle",
     "loop": "The feedback loop",
     "memory_bench": "Memory at the shape of a 0.5 B model",

@@ -145,6 +145,8 @@ def benchmark_page(name: str, result: dict[str, Any]) -> str:
         run["command"],
         "```",
         "",
+        f"`.venv/bin/python bench/publish.py {name}` runs it again and rewrites this page's figures.",
+        "",
         f"Run on {run['date']}, on {run['machine']}; commit `{run['commit']}`. "
         f"The figures below are read from `docs/benchmarks/results/{name}.json`, which `bench/publish.py` wrote "
         "from the bench's own output.",
@@ -169,7 +171,7 @@ def benchmarks_index(results: dict[str, dict[str, Any]]) -> str:
         "# Benchmarks",
         "",
         "Each page is generated from a result file that `bench/publish.py` wrote from one run of a bench: its",
-        "command, the machine and date of that run, and its figures. To refresh a page, run its command again.",
+        "command, the machine and date of that run, and its figures. `bench/publish.py <bench>` refreshes a page.",
         "",
         "| Benchmark | What it measures | Run on |",
         "| --- | --- | --- |",

@@ -43,12 +43,47 @@ def pytest_configure(config) -> None:
 
 
 # Tests are spread over the processes a module at a time, so that a module's fixtures are built once. Each process
-# has its own database, data directory and broker (tests/xdist_env.py), so any module may run in any process.
+# has its own database, data directory and broker (tests/xdist_env.py), so any module may run in any process. Modules
+# are handed out in the order `pytest_collection_modifyitems` leaves them (xdist's own reordering, by number of tests,
+# sends a module of a few long browser tests last, where one process then runs it alone).
 @pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) has no such hook
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
+    config.option.loadscopereorder = False
     return LoadScopeScheduling(config, log)
+
+
+# The modules that take longest, longest first (a module's total on two processes; `--durations=0` lists them). Handed
+# out first, they leave the short modules to fill in at the end, so the processes finish close together.
+SLOW_FIRST = (
+    "tests/feedback_app/test_page_sweep_browser.py",
+    "tests/finetune/test_common.py",  # trains the shared short bootstrap
+    "tests/feedback_app/api/test_fuzz.py",
+    "tests/finetune/test_nash.py",
+    "tests/feedback_app/test_tool_project.py",
+    "tests/training/test_judge_worker.py",
+    "tests/reward_models/test_reward.py",
+    "tests/reward_models/test_value.py",
+    "tests/finetune/test_ppo.py",
+    "tests/feedback_app/test_bootstrap_demo.py",
+    "tests/feedback_app/api/test_permissions.py",
+    "tests/reward_models/test_prm.py",
+    "tests/feedback_app/test_training_browser.py",
+    "tests/feedback_app/test_dashboard.py",
+    "tests/finetune/test_grpo.py",
+    "tests/feedback_app/test_simulated.py",
+    "tests/reward_models/test_critic_lm.py",
+    "tests/feedback_app/test_own_environment.py",
+    "tests/finetune/test_direction.py",
+    "tests/finetune/test_dpo.py",
+    "tests/reward_models/test_bootstrap.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {path: index for index, path in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
 
 
 @pytest.fixture

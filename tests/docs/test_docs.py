@@ -101,3 +101,13 @@ def test_the_bring_your_own_environment_example_loads_by_dotted_path_and_plays_a
 def test_every_python_block_of_the_docs_at_least_compiles(page):
     for block in python_blocks(page):
         compile(block, page, "exec")
+
+
+def test_every_bench_that_can_be_published_writes_its_json_where_publish_tells_it():
+    spec = importlib.util.spec_from_file_location("bench_publish", ROOT / "bench" / "publish.py")
+    publish = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(publish)
+    for bench in publish.TITLES:
+        flag = publish.OUT_FLAGS.get(bench, "--out")
+        assert f'"{flag}"' in (ROOT / "bench" / f"{bench}.py").read_text(), f"{bench} takes no {flag}"
+        assert publish.about(bench), f"{bench} has no docstring to describe it"
