@@ -97,7 +97,9 @@ def publish(bench: str, arguments: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / f"{bench}.json"
         flag = OUT_FLAGS.get(bench, "--out")
-        subprocess.run([sys.executable, str(ROOT / "bench" / f"{bench}.py"), *arguments, flag, str(out)], check=True)
+        done = subprocess.run([sys.executable, str(ROOT / "bench" / f"{bench}.py"), *arguments, flag, str(out)])
+        if done.returncode != 0 or not out.exists():
+            sys.exit(f"{bench} failed (exit status {done.returncode}): nothing was published")
         figures = json.loads(out.read_text())
     result = {
         "title": TITLES[bench],
