@@ -14,7 +14,9 @@ al. 2021, "B-Pref: benchmarking preference-based reinforcement learning"):
 
 Step labels are +1 where the oracle calls a step correct and -1 elsewhere (flipped with probability epsilon);
 critiques name the first wrong step and the better action in the words of ``reward_models.oracle_data``; an
-intervention puts the oracle's best action at the first wrong step. The labels go through the API's own endpoints
+intervention puts the oracle's best action at the first wrong step. Where the environment's actions are assistant
+messages (the tool shop), each step's action is read from its message as the agent wrote it, a critique writes
+calls as ``name(arguments)``, and the correction is the oracle's message. The labels go through the API's own endpoints
 with the assignment, so they carry the item's query strategy and count towards the queue exactly as a person's.
 
 No Django here: the loop benchmark runs crowds from a plain process against a real server.
@@ -37,7 +39,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reward_models.conversation import assistant_text
 from reward_models.envs import Environment, Oracle, load_environment
+from reward_models.envs.base import message_action
 
 KINDS = ("comparison", "step_label")
 
@@ -187,16 +191,19 @@ class ScriptedTeacher:
             if oracle.success(actions):
                 return "every step moves toward the goal ; the agent reaches the goal"
             return "every step moves toward the goal but the agent runs out of steps"
-        best = " or ".join(oracle.best_actions(actions[:error]))
-        return f"step {error + 1} is wrong : {actions[error]} moves away from the goal ; {best} was better"
+        best = " or ".join(action_text(action) for action in oracle.best_actions(actions[:error]))
+        return (
+            f"step {error + 1} is wrong : {action_text(actions[error])} moves away from the goal ; {best} was better"
+        )
 
-    def correction(self, oracle: Oracle, actions: Sequence[str]) -> tuple[int, str] | None:
-        """(index of the first wrong step, the oracle's best action there), or None when no step is wrong or nothing
-        better exists."""
+    def correction(self, oracle: Oracle, actions: Sequence[Any]) -> tuple[int, Any] | None:
+        """(index of the first wrong step, the oracle's best action there: a move, or an assistant message where the
+        environment's actions are messages), or None when no step is wrong or nothing better exists."""
         error = first_wrong_step(oracle, actions)
         if error is None:
             return None
-        best = [action for action in oracle.best_actions(actions[:error]) if action != actions[error].strip()]
+        taken = action_text(actions[error])
+        best = [action for action in oracle.best_actions(actions[:error]) if action_text(action) != taken]
         return (error, best[0]) if best else None
 
     def _mistake(self) -> bool:
@@ -284,7 +291,14 @@ def task_spec(task: dict[str, Any]) -> dict[str, Any]:
 class _Trajectory:
     task: int
     step_ids: list[int]
-    actions: list[str]
+    actions: list[Any]  # what the environment was given: a move, or an assistant message
+
+
+def action_text(action: Any) -> str:
+    """An action as a critique writes it: a move as it is, a message as its text and tool calls."""
+    if isinstance(action, dict):
+        return assistant_text(action)
+    return str(action).strip()
 
 
 class SimulatedAnnotator:
@@ -396,7 +410,8 @@ class SimulatedAnnotator:
             body = {
                 "trajectory": pk,
                 "step": trajectory.step_ids[index],
-                "corrected_action": action,
+                # An action the environment plays is named; a message (text and tool calls) is the corrected turn.
+                "corrected_message" if isinstance(action, dict) else "corrected_action": action,
                 "reason": "this step moves away from the goal",
             }
             counts["intervention"] += self._label("interventions", assignment, body)
@@ -424,9 +439,12 @@ class SimulatedAnnotator:
         if pk not in self._trajectories:
             data = self.client.get(f"{self.base}/trajectories/{pk}/")
             steps = sorted(data["steps"], key=lambda step: step["index"])
-            self._trajectories[pk] = _Trajectory(
-                task=data["task"], step_ids=[s["id"] for s in steps], actions=[s["action"] for s in steps]
-            )
+            # What the environment played for each step: read from the turn as the agent wrote it where there is one
+            # (a tool call's arguments, not their rendering), else the stored action.
+            actions = [
+                message_action(self.environment, s["message"]) if s.get("message") else s["action"] for s in steps
+            ]
+            self._trajectories[pk] = _Trajectory(task=data["task"], step_ids=[s["id"] for s in steps], actions=actions)
         return self._trajectories[pk]
 
     def _oracle(self, task_pk: int) -> Oracle:

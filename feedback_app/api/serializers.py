@@ -241,6 +241,8 @@ class TrajectoryStepSerializer(HiddenFieldsMixin, TandemModelSerializer):
             "reasoning",
             "action",
             "tool_calls",
+            "message",
+            "replies",
             "media",
             "render",
             "done",

@@ -118,7 +118,8 @@ def editor_from_message(message: Mapping[str, Any], tools: Sequence[Mapping[str,
     if not message.get("tool_calls") and "<tool_call>" in content:  # a local model writes its calls in its text
         content = parse_assistant_text(content)["content"]
     calls = []
-    for position, call in enumerate(message_tool_calls(dict(message))[:MAX_CALLS]):
+    written = message_tool_calls(dict(message)) if isinstance(message.get("tool_calls") or [], list) else []
+    for position, call in enumerate(written[:MAX_CALLS]):
         function = call.get("function", call) if isinstance(call, Mapping) else {}
         name = function.get("name") if isinstance(function, Mapping) else None
         arguments = function.get("arguments") if isinstance(function, Mapping) else None
@@ -127,7 +128,7 @@ def editor_from_message(message: Mapping[str, Any], tools: Sequence[Mapping[str,
                 arguments = json.loads(arguments)
             except json.JSONDecodeError:
                 arguments = None
-        known = name in schemas
+        known = isinstance(name, str) and name in schemas
         values = {
             f"call-0-arg-{key}": value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             for key, value in (arguments.items() if known and isinstance(arguments, Mapping) else ())

@@ -338,8 +338,6 @@ def _play_editor_turn(trajectory, task, original, turns, editor, tools, play: Pl
         return turns, editor
     try:
         _replay_turns(trajectory, task, original, [*turns, message], tools)
-    except NotReplayable:
-        raise
     except ValidationError as exc:
         rest = attach_errors(editor, exc.message_dict)
         play.errors |= errors_by_field(ValidationError(rest), PLAY_FIELDS) if rest else {}

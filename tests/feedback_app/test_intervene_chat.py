@@ -227,3 +227,21 @@ def test_a_garbled_played_turn_is_refused_and_nothing_is_stored(client, annotato
     response = client.post(url(project, trajectory), data, **HX)
     assert response.status_code == 400 and not Intervention.objects.exists()
     assert any("A turn you played came back garbled" in error for error in errors_of(response.content.decode()))
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "assistant", "content": None, "tool_calls": 7},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": ["x"], "arguments": "[1]"}}]},
+        {"role": "assistant", "content": 'Adding.\n<tool_call>\n{"name": "view_cart", "arguments": {}}\n</tool_call>'},
+    ],
+)
+def test_the_editor_opens_on_any_stored_turn_without_an_error(message):
+    from feedback_app.views.chat_turn import editor_from_message
+    from reward_models.envs.toolshop import TOOLS
+
+    editor = editor_from_message(message, TOOLS)
+    assert editor.tools[0] == "search" and not editor.has_errors
+    if "<tool_call>" in (message["content"] or ""):
+        assert editor.content == "Adding." and [call.name for call in editor.calls] == ["view_cart"]

@@ -332,3 +332,38 @@ def test_the_command_refuses_a_bad_crowd_file_naming_the_entry(db, project, tmp_
     crowd.write_text(content)
     with pytest.raises(CommandError, match=message):
         call_command("simulate_annotators", project=project.slug, crowd=crowd)
+
+
+def test_a_simulated_annotator_labels_a_tool_calling_trajectory_and_corrects_it_with_a_message(
+    live_server, shop, annotator
+):
+    """On the tool shop an action is the assistant message itself: the teacher reads each turn's calls, names them
+    in its critique, and corrects the first wrong one with the oracle's message, which the API checks against the
+    tools' schemas."""
+    from feedback_app import queue
+    from feedback_app.models import ApiToken, Critique, Intervention, StepLabel
+    from reward_models.envs.base import message_action
+    from reward_models.envs.toolshop import ToolShop
+
+    project, trajectory, _ = shop
+    env = ToolShop()
+    steps = list(trajectory.steps.order_by("index"))
+    oracle = env.oracle({"seed": 3, "instruction": trajectory.task.instruction})
+    actions = [message_action(env, step.message) for step in steps]
+    correct = oracle.step_correct(actions)
+    assert False in correct, "the imported turns should hold a mistake"
+    queue.enqueue_trajectories(project, [trajectory], overlap=1)
+    _, key = ApiToken.issue(annotator, "simulated")
+
+    counts = SimulatedAnnotator(ApiClient(live_server.url, key), project.pk, ScriptedTeacher()).run()
+
+    assert counts["step_label"] == len(steps) and counts["critique"] == counts["intervention"] == 1
+    values = list(StepLabel.objects.order_by("step__index").values_list("value", flat=True))
+    assert values == [1 if ok else -1 for ok in correct]
+    error = correct.index(False)
+    critique = Critique.objects.get()
+    assert critique.step == steps[error] and f"step {error + 1} is wrong : " in critique.text
+    assert "(" in critique.text.split(" is wrong : ")[1]  # the call, written name(arguments)
+    intervention = Intervention.objects.get()
+    assert intervention.step == steps[error]
+    assert intervention.corrected_message in [m for m in oracle.best_actions(actions[:error]) if isinstance(m, dict)]
