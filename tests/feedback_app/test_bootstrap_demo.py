@@ -64,7 +64,7 @@ def test_bootstrap_demo_builds_the_demo_once_and_is_safe_to_repeat(settings, tmp
     tool_policy = PolicyVersion.objects.get(project=shop, name="tiny-base")
     assert tool_policy.produced_by.summary["shipped"] is True
     assert (Path(tool_policy.weights_path) / "model.safetensors").is_file()
-    assert Evaluation.objects.filter(policy_version=tool_policy, n=10).count() == 2
+    assert Evaluation.objects.filter(policy_version=tool_policy, n=4).count() == 2
     chats = Trajectory.objects.filter(project=shop, policy_version=tool_policy)
     assert chats.count() == 6 and all(t.tools for t in chats)
     assert QueueItem.objects.filter(project=shop).count() == 9

@@ -319,7 +319,9 @@ def test_every_page_renders_cleanly_in_every_role(settings, sweep_page_for, worl
         expected = entry.expected(role)
         if debug and expected == 404:
             continue  # with DEBUG on, Django answers a 404 with its own technical page, not Tandem's
-        problems = check_page(page, watcher, entry.path, expected, entry.ready, entry.wait)
+        # An error page (403, 404) loads nothing after its load event.
+        wait = entry.wait if expected == 200 else "load"
+        problems = check_page(page, watcher, entry.path, expected, entry.ready, wait)
         if expected == 404 and "There is nothing here" not in page.inner_text("main"):
             problems.append("a 404 without Tandem's own page")
         if problems:

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.django_db
 DIFFICULTY = 2  # the shop's default, where the built-in policy succeeds part of the time
 
 JUDGE = {"max_steps": 2, "batch_size": 4, "save_steps": 1000, "logging_steps": 1}
-POLICY = {"eval_tasks": 2, "save_steps": 1000, "logging_steps": 1, "learning_rate": 1e-3}
+POLICY = {"eval_tasks": 1, "save_steps": 1000, "logging_steps": 1, "learning_rate": 1e-3}
 RUNS = {
     "reward_model": ("preference", JUDGE),
     "preference_model": ("preference", JUDGE),

@@ -159,21 +159,22 @@ def test_episode_encodings_keep_the_generated_tokens_where_the_text_would_not_gi
 
 
 def test_evaluate_policy_reports_greedy_and_sampled_success_on_held_out_tasks(policy_dir, tmp_path):
-    config = PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_tasks=6)
+    config = PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_tasks=3)
     loaded = load_policy_model(policy_dir)
     loaded.tokenizer.padding_side = "right"
     result = evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, config, seed=1, per_task=True)
-    assert result["tasks"] == 6
+    assert result["tasks"] == 3
     for mode in ("greedy", "sampled"):
         assert 0.0 <= result[f"{mode}_success"] <= 1.0
         assert result[f"{mode}_stderr"] >= 0.0
-        assert sum(result[f"{mode}_per_task"]) / 6 == pytest.approx(result[f"{mode}_success"])
-    assert "greedy_per_task" not in evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, config, seed=1)
+        assert sum(result[f"{mode}_per_task"]) / 3 == pytest.approx(result[f"{mode}_success"])
+    one = PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_tasks=1)
+    assert "greedy_per_task" not in evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, one, seed=1)
     assert loaded.tokenizer.padding_side == "right"  # restored after generation padded on the left
 
 
 def test_an_evaluation_reports_its_episodes_in_its_own_phase_and_a_cancel_stops_it(policy_dir, tmp_path):
-    config = PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_tasks=6, eval_samples=2)
+    config = PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_tasks=3, eval_samples=2)
     loaded = load_policy_model(policy_dir)
     reporter = RecordingReporter()
     evaluate_policy(
@@ -183,7 +184,7 @@ def test_an_evaluation_reports_its_episodes_in_its_own_phase_and_a_cancel_stops_
     sampled = [
         (done, total) for phase, done, total in reporter.phases if phase == "evaluating the base policy: sampled"
     ]
-    assert greedy[-1] == (6, 6) and sampled[-1] == (12, 12)
+    assert greedy[-1] == (3, 3) and sampled[-1] == (6, 6)
     assert len(greedy) > 1 and [done for done, _ in greedy] == sorted(done for done, _ in greedy)
     assert len(reporter.phases) == len(greedy) + len(sampled) and reporter.steps == []  # no training progress
 
@@ -191,7 +192,7 @@ def test_an_evaluation_reports_its_episodes_in_its_own_phase_and_a_cancel_stops_
     cancelling = RecordingReporter(raise_in="evaluating the trained policy: greedy")
     with pytest.raises(RunCancelled):
         evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, config, reporter=cancelling)
-    assert len(cancelling.phases) == 1 and cancelling.phases[0][1] < 6
+    assert len(cancelling.phases) == 1 and cancelling.phases[0][1] < 3
 
 
 def test_several_sampled_episodes_per_held_out_task_give_fractional_task_rates(policy_dir, tmp_path, monkeypatch):
@@ -206,11 +207,11 @@ def test_several_sampled_episodes_per_held_out_task_give_fractional_task_rates(p
         return figures
 
     monkeypatch.setattr(rollout, "evaluate_success", counting)
-    config = PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_tasks=5, eval_samples=3)
+    config = PolicyTrainConfig(policy_path=str(policy_dir), output_dir=str(tmp_path), eval_tasks=3, eval_samples=3)
     loaded = load_policy_model(policy_dir)
     result = evaluate_policy(loaded.model, loaded.tokenizer, loaded.settings, config, seed=2, per_task=True)
-    assert episodes == {"greedy": 5, "sampled": 15}
-    assert len(result["sampled_per_task"]) == len(result["greedy_per_task"]) == 5
+    assert episodes == {"greedy": 3, "sampled": 9}
+    assert len(result["sampled_per_task"]) == len(result["greedy_per_task"]) == 3
     assert all(rate in (0.0, 1 / 3, 2 / 3, 1.0) for rate in result["sampled_per_task"])
     assert all(rate in (0.0, 1.0) for rate in result["greedy_per_task"])  # greedy is one deterministic episode
     with pytest.raises(ConfigError, match="^eval_samples: must be positive"):

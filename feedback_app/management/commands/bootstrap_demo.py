@@ -76,7 +76,7 @@ DEMOS = [
         # The tiny policy is trained for one map size: the demo environment matches its bootstrap.
         BootstrapConfig().env_config(),
         "The built-in text gridworld: reach G, avoid walls. Has an oracle.",
-        {"n_episodes": 300, "max_train_steps": 30, "eval_tasks": 20},
+        {"n_episodes": 300, "max_train_steps": 30, "eval_tasks": 4},
     ),
     Demo(
         "tool-use-demo",
@@ -88,7 +88,7 @@ DEMOS = [
         ToolBootstrapConfig().env_config(),
         "The built-in shop with six JSON-schema tools: search, look up ids, fill the cart, check out. Has an oracle.",
         # The shipped weights are copied, not trained, so --quick only evaluates them on fewer tasks.
-        {"eval_tasks": 10},
+        {"eval_tasks": 4},
     ),
 ]
 
