@@ -42,6 +42,8 @@ TEMPLATE_SYNTAX = re.compile(r"\{#|#\}|\{%|%\}|\{\{|\}\}")
 # No break anywhere: a name like this is what pushed pages 2,195 px wide.
 LONG = "a_very_long_name_that_never_breaks_" * 3  # fits every name column (120 characters)
 SCREEN = {"width": 1280, "height": 900}
+# Elements that make htmx fetch after the page's load event; the app's pages fetch nothing else by script.
+FETCHES_LATER = '[hx-trigger~="load"], [hx-trigger^="every"], [hx-trigger*="revealed"], [hx-trigger*="intersect"]'
 ROLES = ("annotator", "researcher", "admin", "outsider")
 # The elements that stick out past the screen, for the failure message.
 WIDE = """[...document.querySelectorAll("body *")]
@@ -248,8 +250,13 @@ class Watcher:
             self.problems.append(f"{response.status}: {response.request.method} {response.url}")
 
     def visit(self, path: str, wait: str = "networkidle"):
+        """Open `path`. Waiting for the network to go idle costs half a second a page, so it is waited for only
+        where the page asks htmx for more after its load event (a `load` trigger, or polling)."""
         self.document_url = self.base_url + path
-        return self.page.goto(path, wait_until=wait)
+        response = self.page.goto(path, wait_until="load")
+        if wait == "networkidle" and self.page.query_selector(FETCHES_LATER) is not None:
+            self.page.wait_for_load_state("networkidle")
+        return response
 
     def take(self) -> list[str]:
         problems, self.problems = self.problems, []

@@ -204,6 +204,7 @@ def test_the_critic_reads_each_step_before_its_decision(tiny_policy_dir):
 
 @pytest.mark.parametrize("style", ["text", "conversational"])
 def test_an_episode_cut_by_the_turn_cap_bootstraps_from_the_critics_value_after_its_last_turn(tiny_policy_dir, style):
+    torch.manual_seed(0)  # the value head's initial weights: whatever ran before in this process must not decide them
     critic, tokenizer = load_critic(str(tiny_policy_dir), 256, "policy_path")
     critic.config.step_style = style
     critic.eval()
