@@ -29,7 +29,6 @@ def build_tiny_llama(
     seed: int = 0,
 ) -> LlamaForCausalLM:
     """A freshly initialised Llama sized for ``tokenizer`` (defaults: ~0.5M parameters)."""
-    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -45,10 +44,7 @@ def build_tiny_llama(
         eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=False,
     )
-    # Initialise under our own seed without disturbing the caller's global RNG stream.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return LlamaForCausalLM(config)
+    return _initialised(LlamaForCausalLM, config, seed)
 
 
 def build_tiny_qwen2(
@@ -62,7 +58,6 @@ def build_tiny_qwen2(
 ) -> Any:
     """A freshly initialised Qwen2 with tied embeddings (copying a token from the context onto the output is then the
     identity), sized for ``tokenizer``, for chat models with a Qwen2.5 template."""
-    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
@@ -78,9 +73,16 @@ def build_tiny_qwen2(
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
     )
+    return _initialised(Qwen2ForCausalLM, config, seed)
+
+
+def _initialised(model_class: type, config: Any, seed: int) -> Any:
+    """A model of `model_class` initialised under its own seed, without disturbing the caller's global RNG stream."""
+    import torch
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return Qwen2ForCausalLM(config)
+        return model_class(config)
 
 
 def save_policy(
