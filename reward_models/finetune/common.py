@@ -425,13 +425,19 @@ def pad_turns(encodings: Sequence[TurnEncoding], pad_token_id: int, max_length: 
     return TurnBatch(input_ids, attention_mask, completion_mask)
 
 
-def token_logprobs(model: PreTrainedModel, batch: TurnBatch, logits: torch.Tensor | None = None) -> torch.Tensor:
+def token_logprobs(
+    model: PreTrainedModel, batch: TurnBatch, logits: torch.Tensor | None = None, *, temperature: float = 1.0
+) -> torch.Tensor:
     """(B, T): log p(token t | tokens before it) at completion tokens, 0 elsewhere (and at position 0). Pass
-    `logits` when the caller already ran the model (e.g. to take the entropy too)."""
+    `logits` when the caller already ran the model (e.g. to take the entropy too). With `temperature`, the model's
+    own logits are divided by it first, as sampling at that temperature did: an on-policy update scores the tokens
+    under the distribution that drew them."""
     import torch
 
     if logits is None:
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        if temperature != 1.0:
+            logits = logits / temperature
     shifted = logits[:, :-1].float()
     targets = batch.input_ids[:, 1:]
     chosen = shifted.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - shifted.logsumexp(dim=-1)

@@ -489,7 +489,9 @@ def _update(
 ) -> tuple[float, float | None, int]:
     """Accumulate the gradient of `reinforce_kl_loss` (Nash-MD) or, without a `reference`, of `reinforce_loss`
     (SPO) over every turn of `episodes`, in micro-batches of turns; returns the loss, the summed KL estimate
-    sum(log pi - log pi_ref) (None without a reference) and the number of completion tokens."""
+    sum(log pi - log pi_ref) (None without a reference) and the number of completion tokens. The tokens are scored
+    at the rollouts' sampling temperature, both models alike, as PPO does: the gradient is on-policy at any
+    temperature."""
     import torch
 
     encodings, owners = [], []
@@ -505,13 +507,13 @@ def _update(
         chunk = slice(start, start + config.micro_batch_turns)
         batch = pad_turns(encodings[chunk], pad_id, config.max_length).to(accelerator.device)
         with accelerator.autocast():
-            logprobs = token_logprobs(model, batch)
+            logprobs = token_logprobs(model, batch, temperature=config.temperature)
         coefficients = coefficient[owners[chunk]].to(logprobs.device)
         if reference is None:
             loss = reinforce_loss(logprobs, coefficients, len(episodes))
         else:
             with torch.no_grad(), accelerator.autocast():  # the policy's numerics: KL 0 while they are the same
-                reference_logprobs = token_logprobs(reference, batch)
+                reference_logprobs = token_logprobs(reference, batch, temperature=config.temperature)
             loss = reinforce_kl_loss(logprobs, reference_logprobs, coefficients, config.kl_beta, len(episodes))
             kl_total += float((logprobs.detach() - reference_logprobs).sum())
         accelerator.backward(loss)

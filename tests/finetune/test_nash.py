@@ -163,6 +163,56 @@ def test_observation_tokens_get_no_gradient_from_the_nash_loss(policy_dir):
     assert leaf.grad[predicts_completion].abs().sum() > 0
 
 
+@pytest.mark.parametrize("with_reference", [False, True], ids=["spo", "nash_md"])
+def test_the_update_scores_tokens_at_the_rollouts_sampling_temperature(
+    with_reference, policy_dir, tiny_policy_dir, preference_model_dir, tmp_path
+):
+    """Rollouts drawn at temperature T come from softmax(logits / T): the update's log-probabilities, and the KL to
+    the reference, are taken under that distribution, or the gradient is not the on-policy one."""
+    from accelerate import Accelerator
+
+    from reward_models.envs.gridworld import GridWorld
+    from reward_models.finetune.nash import _update
+
+    loaded = load_policy_model(policy_dir)
+    reference = load_policy_model(tiny_policy_dir).model if with_reference else None
+    policy = LocalCausalLMPolicy.from_model(loaded.model, loaded.tokenizer, history_window=0, max_new_tokens=12)
+    env = GridWorld()
+    tasks = [env.make_task(seed) for seed in (1, 2)]
+    episodes = rollout(GridWorld, tasks, policy, greedy=False, temperature=2.0, seed=1, render=False)
+    advantages = [0.75, -0.25]
+    config = make_config(policy_dir, preference_model_dir, tmp_path, temperature=2.0, micro_batch_turns=64)
+    settings = {"history_window": 0}
+    pad_id = loaded.tokenizer.pad_token_id
+    accelerator = Accelerator(cpu=True)
+    tokenizer = loaded.tokenizer
+    loss, kl, tokens = _update(
+        accelerator, loaded.model, reference, tokenizer, settings, episodes, advantages, config, pad_id
+    )
+
+    encodings, owners = [], []
+    for index, episode in enumerate(episodes):
+        encodings += episode_encodings(loaded.tokenizer, episode, 0)
+        owners += [index] * len(episode.steps)
+    batch = pad_turns(encodings, pad_id, config.max_length)
+    coefficients = torch.tensor(advantages)[owners]
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+    with torch.no_grad():
+        tempered = token_logprobs(loaded.model, batch, loaded.model(**inputs).logits / 2.0)
+        plain = token_logprobs(loaded.model, batch)
+        if reference is None:
+            expected, at_one = (reinforce_loss(lp, coefficients, 2) for lp in (tempered, plain))
+        else:
+            ref_logits = reference(**inputs).logits
+            ref_tempered = token_logprobs(reference, batch, ref_logits / 2.0)
+            expected = reinforce_kl_loss(tempered, ref_tempered, coefficients, config.kl_beta, 2)
+            at_one = reinforce_kl_loss(plain, token_logprobs(reference, batch), coefficients, config.kl_beta, 2)
+            assert kl == pytest.approx(float((tempered - ref_tempered).sum()), rel=1e-4)
+    assert tokens == int(batch.completion_mask.sum())
+    assert abs(float(expected) - float(at_one)) > 1e-3, "the temperature changes the loss, so the check can tell"
+    assert loss == pytest.approx(float(expected), rel=1e-4, abs=1e-6)
+
+
 # --- the trainers ------------------------------------------------------------------------------------------------
 
 
