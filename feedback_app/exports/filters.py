@@ -91,6 +91,7 @@ STYLED_KINDS = {
     ExportKind.STEPWISE,
     ExportKind.UNPAIRED,
     ExportKind.CRITIQUES,
+    ExportKind.RETURNS,
 }
 # Kinds made from comparisons, where a tie verdict can become a row.
 TIED_KINDS = {ExportKind.PREFERENCE, ExportKind.STEP_PREFERENCE}

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from feedback_app.exports.conversation import Conversation, fetch_conversations, text_steps, with_conversations
+from feedback_app.exports.conversation import Conversation, fetch_conversations, with_conversations
 from feedback_app.exports.filters import ExportFilters
-from feedback_app.exports.rows import BATCH_ITEMS, CHUNK_ROWS, ExportRow, grouped_batches
+from feedback_app.exports.rows import BATCH_ITEMS, CHUNK_ROWS, ExportRow, add_tools, grouped_batches, step_pieces
 from feedback_app.models import Project, Trajectory
 
 
 def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
     """Value-critic data: one row per trajectory of the project (every source, branches included), in id order:
-    `prompt` (instruction and first observation, as text), `completions` (one text piece per step, the `stepwise`
-    layout, so the prompt followed by the pieces is the whole transcript), `rewards` (each step's environment
-    reward), `success` (the stored outcome, or None), trajectory_id, task_id, policy_version_id.
+    `prompt` (the conversation before the first step), `completions` (one piece per step, the `stepwise` layout, so
+    the prompt followed by the pieces is the whole conversation up to the last turn), `rewards` (each step's
+    environment reward), `success` (the stored outcome, or None), trajectory_id, task_id, policy_version_id. In the
+    conversational style (the default) the prompt and pieces are message lists and the row carries the trajectory's
+    `tools`, so a critic scores them with a judge trained on conversations; `style=text` gives transcript strings.
 
     `rewards` is None when the trajectory has none recorded. Steps store a reward of 0.0 when none was given (the
     column is not nullable), so an imported trajectory (one with an `external_id`) whose every reward is 0.0 counts
@@ -40,7 +42,7 @@ def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow
             conversation = conversations.get(trajectory_id)
             if conversation is None or conversation.num_steps == 0:
                 continue
-            prompt, completions = text_steps(conversation.messages)
+            prompt, completions = step_pieces(conversation, filters.style)
             rewards = conversation.rewards
             if external_id is not None and not any(rewards):
                 rewards = None
@@ -53,6 +55,7 @@ def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow
                 "task_id": conversation.task_id,
                 "policy_version_id": conversation.policy_version_id,
             }
+            add_tools(values, conversation, filters.style)
             yield ExportRow(values, "trajectory", [trajectory_id])
 
 

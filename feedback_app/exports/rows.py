@@ -173,7 +173,7 @@ def _styled(style: Style, prompt: list[Message], *completions: list[Message]) ->
     return (texts[0][0], *(completion for _, completion in texts))
 
 
-def _add_tools(values: dict[str, Any], conversation: Conversation, style: Style) -> None:
+def add_tools(values: dict[str, Any], conversation: Conversation, style: Style) -> None:
     """A conversational row carries the tools the agent was offered, in the form TRL's trainers pass to
     `apply_chat_template(..., tools=...)`; a text row has no chat template to give them to."""
     if style == Style.CONVERSATIONAL:
@@ -334,7 +334,7 @@ def _intervention_pairs(project: Project, filters: ExportFilters) -> Iterator[Ex
                     "chosen_trajectory_id": child_id,
                     "rejected_trajectory_id": conversation.trajectory_id,
                 }
-                _add_tools(values, conversation, filters.style)
+                add_tools(values, conversation, filters.style)
                 if ties:
                     values["tie"] = False
                 yield ExportRow(values, "intervention", [label_id])
@@ -362,7 +362,7 @@ def _branch_comparison_pairs(project: Project, filters: ExportFilters) -> Iterat
             chosen_trajectory_id=chosen.trajectory_id,
             rejected_trajectory_id=rejected.trajectory_id,
         )
-        _add_tools(values, chosen, filters.style)
+        add_tools(values, chosen, filters.style)
         if filters.ties == Ties.INCLUDE:
             values["tie"] = verdict.value == "tie"
         yield ExportRow(values, "comparison", values["label_ids"])
@@ -445,7 +445,7 @@ def _stepwise_row(conversation: Conversation, verdicts: dict[int, Verdict], styl
         "task_id": conversation.task_id,
         "source": "label",
     }
-    _add_tools(values, conversation, style)
+    add_tools(values, conversation, style)
     return ExportRow(values, "step_label", label_ids)
 
 
@@ -511,7 +511,7 @@ def intervention_step_rows(project: Project, filters: ExportFilters) -> Iterator
                     "task_id": conversation.task_id,
                     "source": "intervention",
                 }
-                _add_tools(values, conversation, filters.style)
+                add_tools(values, conversation, filters.style)
                 yield ExportRow(values, "intervention", [label_id])
 
 
@@ -562,7 +562,7 @@ def unpaired_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRo
                     "trajectory_id": conversation.trajectory_id,
                     "task_id": conversation.task_id,
                 }
-                _add_tools(values, conversation, filters.style)
+                add_tools(values, conversation, filters.style)
                 yield ExportRow(values, "rating", label_ids)
 
 

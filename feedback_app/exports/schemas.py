@@ -66,9 +66,9 @@ def export_schema(kind: ExportKind, style: Style = Style.CONVERSATIONAL, ties: T
         fields += [("span_field", pa.string()), ("span_start", pa.int64()), ("span_end", pa.int64())]
         fields += [("span_text", pa.string()), ("tags", pa.list_(pa.string())), *provenance]
     elif kind == ExportKind.RETURNS:
-        fields = [("prompt", pa.string()), ("completions", pa.list_(pa.string()))]
+        fields = [("prompt", turns), ("completions", pa.list_(turns))]
         fields += [("rewards", pa.list_(pa.float64())), ("success", pa.bool_()), *trajectory]
-        fields += [("policy_version_id", pa.int64())]
+        fields += [("policy_version_id", pa.int64()), *tools]
     else:
         types = {
             "label_kind": pa.string(),

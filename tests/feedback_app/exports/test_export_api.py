@@ -185,7 +185,7 @@ def test_the_new_kind_and_options_go_through_the_api(client, labelled_project, r
     returns = client.get(export_url(labelled_project, "returns"), {"format": "parquet"})
     assert returns.status_code == 200
     assert returns["Content-Disposition"].endswith('-returns.parquet"')
-    assert pq.read_table(io.BytesIO(body(returns))).to_pylist() == rows(labelled_project, "returns")
+    assert as_in_jsonl(pq.read_table(io.BytesIO(body(returns))).to_pylist()) == rows(labelled_project, "returns")
     with_ties = client.get(export_url(labelled_project, "preference"), {"ties": "include"})
     exported = [json.loads(line) for line in body(with_ties).decode().splitlines()]
     assert exported == rows(labelled_project, "preference", ties="include")

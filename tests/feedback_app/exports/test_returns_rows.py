@@ -20,9 +20,10 @@ from feedback_app.exports import (
     export_chunks,
 )
 from feedback_app.exports.conversation import transcript
+from feedback_app.exports.filters import Style
 from feedback_app.exports.schemas import export_schema
 from feedback_app.models import PolicyVersion, Trajectory
-from tests.feedback_app.exports.helpers import prompt_until, rows, steps_of, turns_from
+from tests.feedback_app.exports.helpers import as_in_jsonl, prompt_until, rows, steps_of, turns_from
 
 RIGHT = ["right", "right", "down", "down"]
 LEFT = ["up", "left", "down"]
@@ -39,7 +40,7 @@ def test_a_row_is_a_whole_trajectory_with_one_piece_and_one_reward_per_step(proj
     set_rewards(trajectory, [0.0, 0.0, 0.0, 1.0])
     Trajectory.objects.filter(pk=trajectory.pk).update(success=True)
 
-    [row] = rows(project, "returns")
+    [row] = rows(project, "returns", style="text")
 
     steps = steps_of(trajectory)
     assert len(row["completions"]) == len(steps) == 4
@@ -53,8 +54,22 @@ def test_a_row_is_a_whole_trajectory_with_one_piece_and_one_reward_per_step(proj
         trajectory.task_id,
         external_policy.pk,
     )
-    assert list(row) == export_schema(ExportKind.RETURNS).names
+    assert list(row) == export_schema(ExportKind.RETURNS, Style.TEXT).names
     assert list(row)[:4] == ["prompt", "completions", "rewards", "success"]
+
+
+def test_a_conversational_row_holds_the_messages_cut_at_each_step_and_the_tools(project, grid_trajectory):
+    trajectory = grid_trajectory(RIGHT, source="policy")
+    set_rewards(trajectory, [0.0, 0.0, 0.0, 1.0])
+
+    [row] = rows(project, "returns")
+
+    assert row["prompt"] == prompt_until(trajectory, 0)
+    assert [message for piece in row["completions"] for message in piece] == turns_from(trajectory, 0)
+    assert [piece[-1]["role"] for piece in row["completions"]] == ["assistant"] * 4, "each piece ends at a decision"
+    assert row["completions"][1][0] == {"role": "user", "content": steps_of(trajectory)[1].observation}
+    assert "tools" in row and row["rewards"] == [0.0, 0.0, 0.0, 1.0]
+    assert list(row) == export_schema(ExportKind.RETURNS).names
 
 
 def test_every_trajectory_with_steps_is_a_row_labelled_or_not(project, grid_trajectory):
@@ -109,7 +124,6 @@ def test_filters_bound_the_trajectories_creation_and_version(project, grid_traje
         ({"exclude_gold": "true"}, "exclude_gold"),
         ({"aggregate": "all"}, "aggregate"),
         ({"min_agreement": "0.5"}, "min_agreement"),
-        ({"style": "text"}, "style"),
         ({"neutral": "positive"}, "neutral"),
     ],
 )
@@ -144,7 +158,7 @@ def test_parquet_holds_null_rewards_and_matches_jsonl(project, grid_trajectory, 
     parquet = b"".join(export_chunks(project, ExportKind.RETURNS, ExportFilters(), ExportFormat.PARQUET))
 
     table = pq.read_table(io.BytesIO(parquet))
-    assert table.to_pylist() == [json.loads(line) for line in jsonl.decode().splitlines()]
+    assert as_in_jsonl(table.to_pylist()) == [json.loads(line) for line in jsonl.decode().splitlines()]
     assert table.column("rewards").to_pylist() == [None, [0.0, 0.0, 0.0, 1.0]]
     (tmp_path / "returns.parquet").write_bytes(parquet)
     dataset = load_dataset("parquet", data_files=str(tmp_path / "returns.parquet"), split="train")
