@@ -372,6 +372,8 @@ SHORT_BOOTSTRAP = {
     "batch_size": 64,
     "eval_tasks": 16,
     "lr": 3e-3,
+    # One thread, as each test process has (two processes share two cores); the results depend on it.
+    "num_threads": 1,
     # The default wall-clock budget would cut the run short on a loaded machine and make it nondeterministic.
     "max_seconds": 1800.0,
 }

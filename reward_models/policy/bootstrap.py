@@ -20,11 +20,12 @@ the same weights and success figures, as long as training is not cut short by ``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from typing import Any
@@ -139,8 +140,27 @@ def demonstrations(env: GridWorld, n_episodes: int, noise: float, seed: int) -> 
     return episodes, successes / n_episodes
 
 
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """Run the block on `count` torch CPU threads (a bootstrap's results depend on it), then give the caller back
+    its own number: a test process or a web process that trains a demo policy keeps the threads it chose."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def main(config: BootstrapConfig, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Generate demonstrations, fine-tune the tiny Llama, save it to ``output_dir``, evaluate, write metrics.json."""
+    with torch_threads(config.num_threads):
+        return _train(config, progress)
+
+
+def _train(config: BootstrapConfig, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
     import torch
     from tqdm.auto import tqdm
 
@@ -150,7 +170,6 @@ def main(config: BootstrapConfig, progress: Callable[[int, int], None] | None = 
     from reward_models.rollout import evaluate_success
 
     started = time.monotonic()
-    torch.set_num_threads(config.num_threads)
     env = GridWorld(**config.env_config())
     tokenizer = build_word_tokenizer(vocabulary_corpus(env))
 

@@ -59,7 +59,7 @@ from reward_models.envs.toolshop import (
     tool_call_message,
     vocabulary_corpus,
 )
-from reward_models.policy.bootstrap import check_training_settings, config_parser, warmup_cosine
+from reward_models.policy.bootstrap import check_training_settings, config_parser, torch_threads, warmup_cosine
 from reward_models.policy.chat_format import IM_END, IM_START, format_assistant_text
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "weights" / "toolshop"
@@ -414,8 +414,11 @@ def uses_shipped(config: ToolBootstrapConfig) -> bool:
 def main(config: ToolBootstrapConfig, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Generate demonstrations, train the tiny Qwen2, save it to ``output_dir``, evaluate, write metrics.json; or,
     when ``uses_shipped(config)``, copy the shipped policy there and evaluate it."""
-    if uses_shipped(config):
-        return _copy_shipped(config, progress)
+    with torch_threads(config.num_threads):
+        return _copy_shipped(config, progress) if uses_shipped(config) else _train(config, progress)
+
+
+def _train(config: ToolBootstrapConfig, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
     import torch
     from tqdm.auto import tqdm
 
@@ -423,7 +426,6 @@ def main(config: ToolBootstrapConfig, progress: Callable[[int, int], None] | Non
     from reward_models.policy.model import save_policy
 
     started = time.monotonic()
-    torch.set_num_threads(config.num_threads)
     env = ToolShop(**config.env_config())
     demo_env = ToolShop(difficulty=config.train_difficulty, max_turns=config.max_turns)
     demos = demonstrations(demo_env, config.n_episodes, config.noise, config.seed)
@@ -519,11 +521,9 @@ def main(config: ToolBootstrapConfig, progress: Callable[[int, int], None] | Non
 def _copy_shipped(config: ToolBootstrapConfig, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
     import shutil
 
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     started = time.monotonic()
-    torch.set_num_threads(config.num_threads)
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     for path in SHIPPED_DIR.iterdir():

@@ -116,3 +116,17 @@ def test_command_line_arguments_build_the_config(capsys):
     assert "--max_train_steps" in shown and "policy cut before its schedule ends is much worse" in " ".join(
         shown.split()
     )
+
+
+def test_a_bootstrap_s_thread_count_holds_for_its_run_only():
+    import torch
+
+    from reward_models.policy.bootstrap import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(before + 1):
+        assert torch.get_num_threads() == before + 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), torch_threads(before + 2):
+        raise RuntimeError("a failed run")
+    assert torch.get_num_threads() == before
