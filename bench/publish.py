@@ -2,12 +2,16 @@
 
     .venv/bin/python bench/publish.py dpo_balance
     .venv/bin/python bench/publish.py export_bench -- --rows 20000
+    .venv/bin/python bench/publish.py --variant gpu memory_bench -- --device cuda
 
 The bench runs as its own command line would (``.venv/bin/python bench/<name>.py [arguments]``), writing its JSON
 where this script tells it. Its figures are then stored in ``docs/benchmarks/results/<name>.json`` together with
 what the docs page needs to say where they come from: the command, the bench's own description (its docstring), the
 date, the machine (CPU model, cores, memory, GPU, Python and torch versions) and the commit. `docs/hooks.py` renders
 that file as ``benchmarks/<name>.md`` when the docs are built, so no figure on a benchmark page is typed by hand.
+``--variant`` publishes a second result of the same bench beside the first (``<name>-<variant>.json``), for a run on
+other hardware or at another setting. Where the checkout has no git (a copied tree), ``TANDEM_BENCH_COMMIT`` names the
+commit it was copied from.
 """
 
 from __future__ import annotations
@@ -46,8 +50,19 @@ TITLES = {
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bench", choices=sorted(TITLES), help="The bench, by its file name under bench/.")
+    parser.add_argument(
+        "--variant",
+        type=_variant,
+        help="Publish as <bench>-<variant>.json, beside the bench's main result (a GPU run, say).",
+    )
     parser.add_argument("arguments", nargs=argparse.REMAINDER, help="After --: the bench's own arguments.")
     return parser.parse_args(argv)
+
+
+def _variant(value: str) -> str:
+    if not value.replace("_", "").isalnum() or not value.isascii():
+        raise argparse.ArgumentTypeError("letters, digits and _ only")
+    return value
 
 
 def about(bench: str) -> str:
@@ -87,11 +102,13 @@ def commit() -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
 
-    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    head = git("rev-parse", "--short=12", "HEAD")
+    if not head:
+        return os.environ.get("TANDEM_BENCH_COMMIT", "unknown")
     return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def publish(bench: str, arguments: list[str]) -> dict[str, Any]:
+def publish(bench: str, arguments: list[str], variant: str | None = None) -> dict[str, Any]:
     arguments = [argument for argument in arguments if argument != "--"]
     command = shlex.join([".venv/bin/python", f"bench/{bench}.py", *arguments])
     with tempfile.TemporaryDirectory() as folder:
@@ -101,8 +118,10 @@ def publish(bench: str, arguments: list[str]) -> dict[str, Any]:
         if done.returncode != 0 or not out.exists():
             sys.exit(f"{bench} failed (exit status {done.returncode}): nothing was published")
         figures = json.loads(out.read_text())
+    name = f"{bench}-{variant}" if variant else bench
     result = {
-        "title": TITLES[bench],
+        "bench": bench,
+        "title": f"{TITLES[bench]} ({variant})" if variant else TITLES[bench],
         "about": about(bench),
         "run": {
             "command": command,
@@ -113,14 +132,15 @@ def publish(bench: str, arguments: list[str]) -> dict[str, Any]:
         "figures": figures,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{bench}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False, default=str) + "\n")
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False, default=str) + "\n")
     return result
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    publish(args.bench, args.arguments)
-    print(f"wrote {RESULTS.relative_to(ROOT) / (args.bench + '.json')}; `mkdocs build` renders it")
+    result = publish(args.bench, args.arguments, args.variant)
+    name = f"{result['bench']}-{args.variant}" if args.variant else result["bench"]
+    print(f"wrote {RESULTS.relative_to(ROOT) / (name + '.json')}; `mkdocs build` renders it")
 
 
 if __name__ == "__main__":

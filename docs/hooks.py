@@ -145,7 +145,7 @@ def benchmark_page(name: str, result: dict[str, Any]) -> str:
         run["command"],
         "```",
         "",
-        f"`.venv/bin/python bench/publish.py {name}` runs it again and rewrites this page's figures.",
+        f"`{_publish_command(name, result)}` runs it again and rewrites this page's figures.",
         "",
         f"Run on {run['date']}, on {run['machine']}; commit `{run['commit']}`. "
         f"The figures below are read from `docs/benchmarks/results/{name}.json`, which `bench/publish.py` wrote "
@@ -156,12 +156,12 @@ def benchmark_page(name: str, result: dict[str, Any]) -> str:
     tables = {key: value for key, value in _flatten(figures).items() if _is_table(value)}
     if scalars:
         out += ["## Figures", "", "| Figure | Value |", "| --- | --- |"]
-        out += [f"| `{key}` | {_cell(value)} |" for key, value in scalars.items()]
+        out += [f"| `{key}` | {_cell(value, key)} |" for key, value in scalars.items()]
         out.append("")
     for key, rows in tables.items():
         columns = list(dict.fromkeys(column for row in rows for column in row))
         out += [f"## `{key}`", "", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-        out += ["| " + " | ".join(_cell(row.get(column, "")) for column in columns) + " |" for row in rows]
+        out += ["| " + " | ".join(_cell(row.get(column, ""), column) for column in columns) + " |" for row in rows]
         out.append("")
     return "\n".join(out)
 
@@ -195,8 +195,18 @@ def _is_table(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(row, dict) for row in value)
 
 
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
+def _publish_command(name: str, result: dict[str, Any]) -> str:
+    """The `bench/publish.py` command that writes this result again: the same bench, variant and arguments."""
+    bench = result.get("bench", name)
+    variant = f"--variant {name[len(bench) + 1 :]} " if name != bench else ""
+    arguments = result["run"]["command"].split(f"bench/{bench}.py", 1)[-1].strip()
+    return f".venv/bin/python bench/publish.py {variant}{bench}" + (f" -- {arguments}" if arguments else "")
+
+
+def _cell(value: Any, column: str = "") -> str:
+    if column.endswith("_bytes") and isinstance(value, int) and not isinstance(value, bool):
+        text = f"{value / 2**30:.2f} GiB"
+    elif isinstance(value, float):
         text = f"{value:.4g}"
     elif isinstance(value, dict | list):
         text = json.dumps(value, ensure_ascii=False)

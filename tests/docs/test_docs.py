@@ -67,7 +67,9 @@ def test_every_benchmark_result_renders_as_a_page_that_names_its_file_command_ma
         assert f"docs/benchmarks/results/{name}.json" in page and result["run"]["command"] in page
         assert result["run"]["machine"] in page and result["run"]["date"] in page
         assert f"({name}.md)" in index
-        assert result["run"]["command"].startswith(f".venv/bin/python bench/{name}.py")
+        bench = result.get("bench", name)
+        assert name == bench or name.startswith(f"{bench}-"), "a variant's file is named after its bench"
+        assert result["run"]["command"].startswith(f".venv/bin/python bench/{bench}.py")
 
 
 def test_a_result_s_nested_figures_become_rows_and_its_lists_of_records_tables():
@@ -80,6 +82,24 @@ def test_a_result_s_nested_figures_become_rows_and_its_lists_of_records_tables()
     page = hooks.benchmark_page("t", result)
     assert "| `speed.labels_per_s` | 201.5 |" in page
     assert "| actions | seconds |" in page and "| 50 | 0.0153 |" in page
+
+
+def test_a_variant_s_page_gives_the_command_that_publishes_it_again_and_bytes_in_gib():
+    result = {
+        "bench": "memory_bench",
+        "title": "M (gpu)",
+        "about": "Measures memory.",
+        "run": {
+            "command": ".venv/bin/python bench/memory_bench.py --device cuda",
+            "date": "d",
+            "machine": "m",
+            "commit": "abc",
+        },
+        "figures": {"results": [{"phase": "dpo", "peak_bytes": 3 * 2**30}]},
+    }
+    page = hooks.benchmark_page("memory_bench-gpu", result)
+    assert "`.venv/bin/python bench/publish.py --variant gpu memory_bench -- --device cuda` runs it again" in page
+    assert "| dpo | 3.00 GiB |" in page
 
 
 def test_the_bring_your_own_environment_example_loads_by_dotted_path_and_plays_an_episode(tmp_path, monkeypatch):
