@@ -12,12 +12,15 @@ al. 2021, "B-Pref: benchmarking preference-based reinforcement learning"):
 - else P(A > B) = sigmoid(beta * (R_A - R_B)) (beta = inf: always the better one), then a mistake flips the choice
   with probability epsilon.
 
-Step labels are +1 where the oracle calls a step correct and -1 elsewhere (flipped with probability epsilon);
+Step labels are +1 where the oracle calls a step correct and -1 elsewhere (flipped with probability epsilon), or,
+with ``first_error_marks``, PRM800K's shortcut: the first step the teacher calls wrong is -1, the steps before it +1;
 critiques name the first wrong step and the better action in the words of ``reward_models.oracle_data``; an
 intervention puts the oracle's best action at the first wrong step. Where the environment's actions are assistant
 messages (the tool shop), each step's action is read from its message as the agent wrote it, a critique writes
 calls as ``name(arguments)``, and the correction is the oracle's message. The labels go through the API's own endpoints
-with the assignment, so they carry the item's query strategy and count towards the queue exactly as a person's.
+with the assignment, so they carry the item's query strategy and count towards the queue exactly as a person's, and
+each records as its ``seconds_spent`` what the annotator-time model (`feedback_app.annotator_time`) says a person
+would have taken over it.
 
 No Django here: the loop benchmark runs crowds from a plain process against a real server.
 
@@ -39,11 +42,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from feedback_app.annotator_time import AnnotatorTime
 from reward_models.conversation import assistant_text
 from reward_models.envs import Environment, Oracle, load_environment
 from reward_models.envs.base import message_action
 
 KINDS = ("comparison", "step_label")
+COUNTS = ("items", "comparison", "step_label", "critique", "intervention", "skipped", "lost", "seconds")
 
 
 # --- The teacher ----------------------------------------------------------------------------------------------------
@@ -67,6 +72,10 @@ class TeacherConfig:
     )
     seed: int = field(default=0, metadata={"help": "Seeds the teacher's random choices and mistakes."})
     step_labels: bool = field(default=True, metadata={"help": "Take step_label items (step labels of a trajectory)."})
+    first_error_marks: bool = field(
+        default=False,
+        metadata={"help": "Mark each trajectory's first wrong step (those before it good) instead of every step."},
+    )
     critiques: bool = field(default=True, metadata={"help": "Write a critique on each step_label item."})
     interventions: bool = field(
         default=True, metadata={"help": "Correct the first wrong step of a step_label item with the oracle's action."}
@@ -91,7 +100,7 @@ class TeacherConfig:
             raise ValueError(f"equal_threshold: must be >= 0, got {self.equal_threshold}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed: expected an integer, got {self.seed!r}")
-        for name in ("step_labels", "critiques", "interventions"):
+        for name in ("step_labels", "first_error_marks", "critiques", "interventions"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected true or false, got {getattr(self, name)!r}")
 
@@ -313,11 +322,13 @@ class SimulatedAnnotator:
         project_id: int,
         teacher: ScriptedTeacher,
         environment: Environment | None = None,
+        time: AnnotatorTime | None = None,
     ) -> None:
         self.client = client
         self.project_id = project_id
         self.teacher = teacher
         self.environment = environment
+        self.time = time or AnnotatorTime()
         self._trajectories: dict[int, _Trajectory] = {}
         self._tasks: dict[int, dict[str, Any]] = {}
         self._feedback_kinds: set[str] = set()
@@ -330,12 +341,13 @@ class SimulatedAnnotator:
         self,
         max_labels: int | None = None,
         kinds: Sequence[str] = KINDS,
-        on_item: Callable[[dict[str, int]], None] | None = None,
-    ) -> dict[str, int]:
+        on_item: Callable[[dict[str, float]], None] | None = None,
+    ) -> dict[str, float]:
         """Label until the queue has nothing left for this annotator (or `max_labels` items are answered).
 
         Returns counts: `items` answered, labels stored by kind (`comparison`, `step_label`, `critique`,
-        `intervention`), `skipped` items and `lost` ones (the lease ran out and others had labelled the item)."""
+        `intervention`), `skipped` items, `lost` ones (the lease ran out and others had labelled the item), and
+        `seconds`: the annotator time the stored labels record."""
         unknown = [kind for kind in kinds if kind not in KINDS]
         if unknown:
             raise ValueError(f"kinds: a simulated annotator labels {', '.join(KINDS)}, not {', '.join(unknown)}")
@@ -344,7 +356,7 @@ class SimulatedAnnotator:
         if self.environment is None:
             spec = project["environment_spec"]
             self.environment = load_environment(spec["dotted_path"], spec["config"])
-        counts = dict.fromkeys(("items", "comparison", "step_label", "critique", "intervention", "skipped", "lost"), 0)
+        counts = dict.fromkeys(COUNTS, 0)
         wanted = [kind for kind in kinds if kind != "step_label" or self.teacher.config.step_labels]
         while wanted and (max_labels is None or counts["items"] < max_labels):
             # Round robin over the kinds, so a crowd limited by max_labels answers some of each.
@@ -363,7 +375,7 @@ class SimulatedAnnotator:
 
     # One item of each kind.
 
-    def _compare(self, assignment: dict[str, Any], counts: dict[str, int]) -> None:
+    def _compare(self, assignment: dict[str, Any], counts: dict[str, float]) -> None:
         left, right = (self._trajectory(pk) for pk in assignment["trajectories"])
         choice = self.teacher.compare(self._oracle(left.task), left.actions, right.actions)
         if choice is None:
@@ -376,7 +388,7 @@ class SimulatedAnnotator:
             "choice": choice,
             "strength": 2,
         }
-        if self._label("comparisons", assignment, body):
+        if self._label("comparisons", assignment, body, self.time.comparison, counts):
             counts["comparison"] += 1
             counts["items"] += 1
         else:
@@ -384,26 +396,33 @@ class SimulatedAnnotator:
             # (a gold copy of it): the API does not store a second current label, so give the item back.
             self._skip(assignment, "already labelled this pair, or the lease was lost", counts, lost=True)
 
-    def _review(self, assignment: dict[str, Any], counts: dict[str, int]) -> None:
+    def _review(self, assignment: dict[str, Any], counts: dict[str, float]) -> None:
         (pk,) = assignment["trajectories"]
         trajectory = self._trajectory(pk)
         oracle = self._oracle(trajectory.task)
         if "step_label" not in self._feedback_kinds or not trajectory.actions:
             self._skip(assignment, "nothing to label", counts)
             return
+        config = self.teacher.config
         values = self.teacher.step_values(oracle, trajectory.actions)
-        for step_id, value in zip(trajectory.step_ids, values, strict=True):
+        seconds = [self.time.step_label] * len(values)
+        if config.first_error_marks and -1 in values:
+            # One mark: the steps before the first wrong one are good, the later ones stay unlabelled. Its time is
+            # spread over the labels it stores, so that their sum is the mark's.
+            values = [1] * values.index(-1) + [-1]
+            seconds = [self.time.first_error / len(values)] * len(values)
+        for step_id, value, spent in zip(trajectory.step_ids, values, seconds, strict=False):
             # False: this step already has a current label by this annotator (a gold copy of the item), which
             # finishing counts as it is.
-            counts["step_label"] += self._label("step-labels", assignment, {"step": step_id, "value": value})
-        config = self.teacher.config
+            body = {"step": step_id, "value": value}
+            counts["step_label"] += self._label("step-labels", assignment, body, spent, counts)
         critique = self.teacher.critique(oracle, trajectory.actions)
         if config.critiques and "critique" in self._feedback_kinds and critique is not None:
             error = first_wrong_step(oracle, trajectory.actions)
             body = {"trajectory": pk, "text": critique}
             if error is not None:
                 body["step"] = trajectory.step_ids[error]
-            counts["critique"] += self._label("critiques", assignment, body)
+            counts["critique"] += self._label("critiques", assignment, body, self.time.critique, counts)
         correction = self.teacher.correction(oracle, trajectory.actions)
         if config.interventions and "intervention" in self._feedback_kinds and correction is not None:
             index, action = correction
@@ -414,7 +433,8 @@ class SimulatedAnnotator:
                 "corrected_message" if isinstance(action, dict) else "corrected_action": action,
                 "reason": "this step moves away from the goal",
             }
-            counts["intervention"] += self._label("interventions", assignment, body)
+            spent = self.time.intervention_seconds()
+            counts["intervention"] += self._label("interventions", assignment, body, spent, counts)
         status, _ = self.client.post(self.base + f"/assignments/{assignment['id']}/finish/", {}, ok=(409,))
         if status == 409:
             counts["lost"] += 1
@@ -423,14 +443,19 @@ class SimulatedAnnotator:
 
     # Helpers.
 
-    def _label(self, resource: str, assignment: dict[str, Any], body: dict[str, Any]) -> bool:
-        """POST one label answering `assignment`; False on 409 (a current label of the same thing exists, or the
-        lease was lost). A retry after a dropped connection sends the same client_token, so it is stored once."""
-        body = {**body, "assignment": assignment["id"], "client_token": str(uuid.uuid4())}
+    def _label(
+        self, resource: str, assignment: dict[str, Any], body: dict[str, Any], seconds: float, counts: dict[str, Any]
+    ) -> bool:
+        """POST one label answering `assignment`, recording `seconds` of annotator time (added to `counts` once
+        stored); False on 409 (a current label of the same thing exists, or the lease was lost). A retry after a
+        dropped connection sends the same client_token, so it is stored once."""
+        body = {**body, "assignment": assignment["id"], "client_token": str(uuid.uuid4()), "seconds_spent": seconds}
         status, _ = self.client.post(f"{self.base}/{resource}/", body, ok=(409,))
+        if status != 409:
+            counts["seconds"] += seconds
         return status != 409
 
-    def _skip(self, assignment: dict[str, Any], reason: str, counts: dict[str, int], *, lost: bool = False) -> None:
+    def _skip(self, assignment: dict[str, Any], reason: str, counts: dict[str, float], *, lost: bool = False) -> None:
         self.client.post(self.base + f"/assignments/{assignment['id']}/skip/", {"reason": reason}, ok=(409,))
         counts["lost" if lost else "skipped"] += 1
 
@@ -464,22 +489,24 @@ def run_crowd(
     environment: Environment | None = None,
     *,
     kinds: Sequence[str] = KINDS,
-    on_progress: Callable[[dict[str, int]], None] | None = None,
+    on_progress: Callable[[dict[str, float]], None] | None = None,
+    time_model: AnnotatorTime | None = None,
 ) -> dict[str, Any]:
     """Run one simulated annotator per (API token, teacher config), each in its own thread, until the queue has
     nothing left for them (or each has answered `max_labels` items).
 
-    Returns {"members": [counts per member, in order], "total": summed counts, "seconds": wall time}.
+    Returns {"members": [counts per member, in order], "total": summed counts, "seconds": wall time}; each member's
+    `seconds` count is the annotator time its labels record, by `time_model` (the defaults when None).
     `on_progress(total)` is called after every item answered by anyone. A shared `environment` must have a
     thread-safe oracle() (the gridworld's is); None lets each annotator build its own from the project's spec.
     Raises RuntimeError after all threads end if any annotator failed."""
-    results: list[dict[str, int] | None] = [None] * len(members)
+    results: list[dict[str, float] | None] = [None] * len(members)
     errors: list[BaseException | None] = [None] * len(members)
-    totals: dict[str, int] = {}
+    totals: dict[str, float] = {}
     lock = threading.Lock()
-    last_seen: list[dict[str, int]] = [{} for _ in members]
+    last_seen: list[dict[str, float]] = [{} for _ in members]
 
-    def progress(index: int, counts: dict[str, int]) -> None:
+    def progress(index: int, counts: dict[str, float]) -> None:
         with lock:
             for key, value in counts.items():
                 totals[key] = totals.get(key, 0) + value - last_seen[index].get(key, 0)
@@ -488,7 +515,8 @@ def run_crowd(
                 on_progress(dict(totals))
 
     def work(index: int, token: str, config: TeacherConfig) -> None:
-        annotator = SimulatedAnnotator(ApiClient(base_url, token), project_id, ScriptedTeacher(config), environment)
+        client = ApiClient(base_url, token)
+        annotator = SimulatedAnnotator(client, project_id, ScriptedTeacher(config), environment, time_model)
         try:
             results[index] = annotator.run(max_labels, kinds, on_item=lambda counts: progress(index, counts))
         except BaseException as exc:  # reported after every thread has ended

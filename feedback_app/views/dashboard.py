@@ -26,6 +26,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from feedback_app.access import MANAGER_ROLES, get_project_for_role
 from feedback_app.agreement import project_quality
+from feedback_app.annotator_time import AnnotatorTime
 from feedback_app.charts import bar_chart, interval_chart
 from feedback_app.leaderboard import DEFAULT_PRIOR, fit_bradley_terry, outcomes_from_choices
 from feedback_app.lineage import Node, lineage_svg
@@ -82,6 +83,7 @@ def overview(request: HttpRequest, project_pk: int) -> HttpResponse:
         "query_strategies": QueryStrategy.choices,
         **_annotators(project, label_rows, days[-THROUGHPUT_DAYS:]),
         **_trajectories_per_policy(project),
+        **_time_per_label(project),
     }
     return render(request, "feedback_app/dashboard/overview.html", context)
 
@@ -119,6 +121,42 @@ def _label_counts(project: Project, *, since: date) -> list[dict[str, Any]]:
         for kind, model in LABEL_MODELS.items()
     ]
     return list(parts[0].union(*parts[1:], all=True))
+
+
+# The users `manage.py simulate_annotators` labels as: their recorded time is the annotator-time model's, not a
+# person's.
+SIMULATED_PREFIX = "sim-"
+
+
+def _time_per_label(project: Project) -> dict[str, Any]:
+    """The median seconds people recorded on each kind of current label, beside the annotator-time model's default,
+    and the ``kind=seconds,...`` value that gives the simulated annotators these medians instead. One query counts
+    every kind's timed labels, then one per kind that has any reads its middle value or two, in order: at most six,
+    whatever the number of labels."""
+    timed = {
+        kind: model.objects.filter(project=project, is_current=True, seconds_spent__isnull=False)
+        .exclude(annotator__username__startswith=SIMULATED_PREFIX)
+        .order_by()
+        for kind, model in LABEL_MODELS.items()
+    }
+    parts = [
+        labels.values(kind=Value(kind, output_field=CharField())).annotate(n=Count("pk"))
+        for kind, labels in timed.items()
+    ]
+    counts = {row["kind"]: row["n"] for row in parts[0].union(*parts[1:], all=True)}
+    defaults = AnnotatorTime()
+    rows, measured = [], {}
+    for kind, labels in timed.items():
+        count = counts.get(kind, 0)
+        median = None
+        if count:
+            ordered = labels.order_by("seconds_spent").values_list("seconds_spent", flat=True)
+            middle = list(ordered[(count - 1) // 2 : count // 2 + 1])
+            median = measured[kind] = sum(middle) / len(middle)
+        default = getattr(defaults, kind)
+        rows.append({"kind": LabelKind(kind).label, "timed": count, "median": median, "default": default})
+    argument = ",".join(f"{kind}={round(seconds, 1):g}" for kind, seconds in measured.items())
+    return {"label_time": rows, "label_time_argument": argument}
 
 
 def _queue_depth(project: Project) -> list[dict[str, Any]]:

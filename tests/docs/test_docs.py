@@ -131,3 +131,12 @@ def test_every_bench_that_can_be_published_writes_its_json_where_publish_tells_i
         flag = publish.OUT_FLAGS.get(bench, "--out")
         assert f'"{flag}"' in (ROOT / "bench" / f"{bench}.py").read_text(), f"{bench} takes no {flag}"
         assert publish.about(bench), f"{bench} has no docstring to describe it"
+
+
+def test_the_annotator_time_table_of_the_data_guide_gives_the_model_s_defaults():
+    from feedback_app.annotator_time import AnnotatorTime
+
+    rows = re.findall(r"^\| `(\w+)` \| (\d+(?:\.\d+)?) \| ", (DOCS / "data.md").read_text(), re.M)
+    assert {kind: float(seconds) for kind, seconds in rows} == {
+        kind: AnnotatorTime().seconds(kind) for kind in AnnotatorTime.kinds()
+    }

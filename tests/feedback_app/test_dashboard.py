@@ -203,6 +203,28 @@ def test_overview_shows_throughput_agreement_and_gold_per_annotator(client, proj
     }
 
 
+def test_overview_gives_the_median_time_per_kind_of_label_without_the_simulated_annotators(
+    client, project, researcher, annotator, labelled, make_trajectory, django_user_model
+):
+    from feedback_app.annotator_time import AnnotatorTime
+
+    new, old = labelled["pairs"][0]
+    _compare(project, annotator, make_trajectory(), old, "a", seconds=40.0)  # comparisons: 11 x 12 s and one 40 s
+    simulated = django_user_model.objects.create_user(username="sim-careful")
+    _compare(project, simulated, new, old, "a", seconds=900.0)
+    client.force_login(researcher)
+    response = client.get(reverse("project-dashboard", args=[project.pk]))
+    rows = {row["kind"]: row for row in response.context["label_time"]}
+    assert (rows["Comparison"]["timed"], rows["Comparison"]["median"]) == (12, 12.0)
+    assert (rows["Step label"]["timed"], rows["Step label"]["median"]) == (6, 3.0)
+    assert (rows["Critique"]["timed"], rows["Critique"]["median"]) == (0, None)
+    assert rows["Critique"]["default"] == AnnotatorTime().critique
+    argument = response.context["label_time_argument"]
+    assert argument == "comparison=12,step_label=3"
+    assert AnnotatorTime.parse(argument).comparison == 12
+    assert f'<code id="annotator-seconds">{argument}</code>' in response.content.decode()
+
+
 def test_overview_counts_trajectories_per_policy_version(client, project, researcher, labelled):
     client.force_login(researcher)
     policies = client.get(reverse("project-dashboard", args=[project.pk])).context["policies"]
@@ -244,7 +266,8 @@ def test_overview_makes_a_bounded_number_of_queries(
     client, project, researcher, labelled, django_assert_max_num_queries
 ):
     client.force_login(researcher)
-    with django_assert_max_num_queries(16):
+    # 16, and up to 6 for the time per label (a count, then one median per kind of label that has timed labels).
+    with django_assert_max_num_queries(22):
         client.get(reverse("project-dashboard", args=[project.pk]))
 
 

@@ -10,6 +10,7 @@ import random
 import pytest
 from django.core.management import CommandError, call_command
 
+from feedback_app.annotator_time import AnnotatorTime
 from feedback_app.simulated import (
     ApiClient,
     ScriptedTeacher,
@@ -233,7 +234,9 @@ def test_a_simulated_annotator_labels_steps_critiques_and_intervenes_on_a_step_i
     (item,) = queue.enqueue_trajectories(project, [trajectory], query_strategy="disagreement", overlap=1)
     _, key = ApiToken.issue(annotator, "simulated")
 
-    counts = SimulatedAnnotator(ApiClient(live_server.url, key), project.pk, ScriptedTeacher()).run()
+    time_model = AnnotatorTime(step_label=4, critique=50, intervention=35)
+    client = ApiClient(live_server.url, key)
+    counts = SimulatedAnnotator(client, project.pk, ScriptedTeacher(), time=time_model).run()
 
     assert counts == {
         "items": 1,
@@ -243,7 +246,11 @@ def test_a_simulated_annotator_labels_steps_critiques_and_intervenes_on_a_step_i
         "intervention": 1,
         "skipped": 0,
         "lost": 0,
+        "seconds": 4 * len(actions) + 50 + 35,
     }
+    # Each label records the time the model gives its kind, as a person's records the time they took.
+    assert set(StepLabel.objects.values_list("seconds_spent", flat=True)) == {4.0}
+    assert Critique.objects.get().seconds_spent == 50 and Intervention.objects.get().seconds_spent == 35
     expected = [1 if ok else -1 for ok in oracle.step_correct(actions)]
     assert expected[1] == -1
     values = list(
@@ -262,6 +269,32 @@ def test_a_simulated_annotator_labels_steps_critiques_and_intervenes_on_a_step_i
         assert set(model.objects.values_list("query_strategy", "assignment")) == {("disagreement", assignment.pk)}
 
 
+def test_a_first_error_mark_labels_the_steps_up_to_the_first_wrong_one_for_the_mark_s_time(
+    live_server, project, task, annotator
+):
+    from feedback_app import queue
+    from feedback_app.models import ApiToken, Assignment, StepLabel
+
+    spec = {"seed": task.seed, "instruction": task.instruction, **task.spec}
+    oracle = GridWorld().oracle(spec)
+    path = []
+    while not oracle.success(path):
+        path.append(oracle.best_actions(path)[0])
+    wrong = next(a for a in ("up", "down", "left", "right") if a not in oracle.best_actions(path[:1]))
+    actions = [path[0], wrong, *path[1:3]]
+    (item,) = queue.enqueue_trajectories(project, [_store_trajectory(project, task, actions)], overlap=1)
+    _, key = ApiToken.issue(annotator, "simulated")
+    teacher = ScriptedTeacher(TeacherConfig(first_error_marks=True, critiques=False, interventions=False))
+
+    counts = SimulatedAnnotator(ApiClient(live_server.url, key), project.pk, teacher).run()
+
+    labels = list(StepLabel.objects.order_by("step__index").values_list("step__index", "value", "seconds_spent"))
+    mark = AnnotatorTime().first_error
+    assert labels == [(0, 1, mark / 2), (1, -1, mark / 2)], "the steps after the first error stay unlabelled"
+    assert (counts["step_label"], counts["items"], counts["seconds"]) == (2, 1, mark)
+    assert Assignment.objects.get(item=item).status == "done"
+
+
 def test_a_crowd_labels_each_item_once_per_slot(live_server, project, annotator, other_annotator, gridworld_pairs):
     from feedback_app.models import ApiToken, Comparison
 
@@ -274,6 +307,7 @@ def test_a_crowd_labels_each_item_once_per_slot(live_server, project, annotator,
         environment=GridWorld(),
     )
     assert [counts["comparison"] for counts in result["members"]] == [10, 10]
+    assert result["total"]["seconds"] == 20 * AnnotatorTime().comparison
     assert result["total"]["comparison"] == 20 == Comparison.objects.count()
     # Overlap 1: the two never labelled the same pair; a rational teacher always agrees with the oracle.
     pairs = {(c.trajectory_a_id, c.trajectory_b_id) for c in Comparison.objects.all()}
@@ -295,7 +329,7 @@ def test_the_command_runs_a_crowd_from_a_json_file(live_server, project, gridwor
     call_command("simulate_annotators", project=str(project.pk), url=live_server.url, crowd=crowd, max_labels=3)
     out = capsys.readouterr().out
     assert "sim-careful: 3 items answered (3 comparisons" in out and "sim-sloppy: 3 items" in out
-    assert "total: 6 items answered" in out
+    assert "total: 6 items answered" in out and f"{6 * AnnotatorTime().comparison / 60:.1f} annotator minutes" in out
     members = Membership.objects.filter(project=project, user__username__in=["sim-careful", "sim-sloppy"])
     assert set(members.values_list("role", flat=True)) == {"annotator"} and members.count() == 2
     assert Comparison.objects.filter(annotator__username="sim-sloppy").count() == 3
@@ -309,6 +343,8 @@ def test_the_command_runs_a_crowd_from_a_json_file(live_server, project, gridwor
         ({"count": 0}, "count: must be at least 1"),
         ({"count": 2, "epsilon": 1.5}, r"epsilon: must be in \[0, 1\]"),
         ({"count": 1, "max_labels": 0}, "max-labels: must be at least 1"),
+        ({"count": 1, "annotator_seconds": "comparison=soon"}, "annotator-seconds: comparison: expected seconds"),
+        ({"count": 1, "annotator_seconds": "coffee=5"}, "annotator-seconds: 'coffee=5': expected kind=seconds"),
     ],
 )
 def test_the_command_refuses_bad_options_naming_them(db, project, options, message):

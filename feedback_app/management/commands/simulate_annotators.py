@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from feedback_app.annotator_time import AnnotatorTime
 from feedback_app.models import ApiToken, Membership, Project, Role
 from feedback_app.simulated import KINDS, TeacherConfig, run_crowd
 
@@ -32,7 +33,8 @@ class Command(BaseCommand):
             "--crowd",
             type=Path,
             help='A JSON list of teachers: [{"name": "careful", "beta": "inf", "epsilon": 0.05}, ...] with any of '
-            "beta, gamma, epsilon, skip_threshold, equal_threshold, seed, step_labels, critiques, interventions.",
+            "beta, gamma, epsilon, skip_threshold, equal_threshold, seed, step_labels, first_error_marks, critiques, "
+            "interventions.",
         )
         crowd.add_argument("--count", type=int, help="How many teachers with the settings below (named 1..N).")
         parser.add_argument("--beta", type=float, default=math.inf, help="Rationality (inf: always the better one).")
@@ -43,6 +45,17 @@ class Command(BaseCommand):
         )
         parser.add_argument("--equal-threshold", type=float, default=0.0, help="Tie when returns differ by at most.")
         parser.add_argument("--seed", type=int, default=0, help="Teacher i gets seed + i.")
+        parser.add_argument(
+            "--first-error-marks",
+            action="store_true",
+            help="Mark each trajectory's first wrong step (the steps before it good) instead of labelling every step.",
+        )
+        parser.add_argument(
+            "--annotator-seconds",
+            default="",
+            help="The seconds each label records, by kind: comparison=25,step_label=4 changes those two of the "
+            f"defaults ({AnnotatorTime().argument()}). The dashboard's overview gives your annotators' medians.",
+        )
         parser.add_argument("--max-labels", type=int, default=None, help="Items each annotator answers at most.")
         parser.add_argument(
             "--kinds", nargs="+", choices=KINDS, default=list(KINDS), help="Kinds of queue items to take."
@@ -53,12 +66,16 @@ class Command(BaseCommand):
         crowd = self._crowd(options)
         if options["max_labels"] is not None and options["max_labels"] < 1:
             raise CommandError(f"max-labels: must be at least 1, got {options['max_labels']}.")
+        try:
+            time_model = AnnotatorTime.parse(options["annotator_seconds"])
+        except ValueError as exc:
+            raise CommandError(f"annotator-seconds: {exc}.") from None
         tokens = self._members(project, [name for name, _ in crowd])
         self.stdout.write(f"{len(crowd)} simulated annotator(s) labelling {project.slug} at {options['url']} ...")
         lock = threading.Lock()
         reported = [0]
 
-        def progress(total: dict[str, int]) -> None:
+        def progress(total: dict[str, float]) -> None:
             answered = total.get("items", 0) + total.get("skipped", 0)
             with lock:
                 if answered >= reported[0] + PROGRESS_EVERY:
@@ -73,6 +90,7 @@ class Command(BaseCommand):
                 max_labels=options["max_labels"],
                 kinds=options["kinds"],
                 on_progress=progress,
+                time_model=time_model,
             )
         except RuntimeError as exc:
             raise CommandError(f"url: the crowd stopped at {options['url']}: {exc}") from None
@@ -101,7 +119,10 @@ class Command(BaseCommand):
                 name: options[name] for name in ("beta", "gamma", "epsilon", "skip_threshold", "equal_threshold")
             }
             try:
-                crowd.append((str(i + 1), TeacherConfig(**settings, seed=options["seed"] + i)))
+                config = TeacherConfig(
+                    **settings, seed=options["seed"] + i, first_error_marks=options["first_error_marks"]
+                )
+                crowd.append((str(i + 1), config))
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
         return crowd
@@ -146,10 +167,10 @@ class Command(BaseCommand):
         return tokens
 
     @staticmethod
-    def _line(who: str, counts: dict[str, int]) -> str:
+    def _line(who: str, counts: dict[str, float]) -> str:
         return (
             f"{who}: {counts.get('items', 0)} items answered ({counts.get('comparison', 0)} comparisons, "
             f"{counts.get('step_label', 0)} step labels, {counts.get('critique', 0)} critiques, "
             f"{counts.get('intervention', 0)} interventions), {counts.get('skipped', 0)} skipped, "
-            f"{counts.get('lost', 0)} lost"
+            f"{counts.get('lost', 0)} lost, {counts.get('seconds', 0) / 60:.1f} annotator minutes"
         )
