@@ -229,3 +229,42 @@ def test_a_token_classifier_prm_trains_on_the_stepwise_export(download, policy_t
     assert losses[-1] < losses[0]
     after = dict(model.named_parameters())
     assert any(not after[name].detach().equal(value) for name, value in before.items())
+
+
+def test_the_data_guide_s_trl_snippet_runs_as_written(
+    client, labelled_project, researcher, tiny_policy_dir, tmp_path, monkeypatch
+):
+    """The data guide's example, character for character: the file its curl line names, then the snippet itself in a
+    folder where ``path/to/policy`` is a tiny saved policy. Its trainers run with TRL's own defaults."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    from transformers import Trainer
+
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "data.md").read_text()
+    snippet = next(block for block in re.findall(r"```python\n(.*?)```", guide, re.S) if "DPOTrainer" in block)
+    url = re.search(r'"http://127\.0\.0\.1:8000(/api/[^"]+)"', snippet).group(1)
+    assert url.startswith("/api/projects/1/")
+    client.force_login(researcher)
+    response = client.get(url.replace("/projects/1/", f"/projects/{labelled_project.pk}/"))
+    assert response.status_code == 200
+    (tmp_path / "prefs.jsonl").write_bytes(b"".join(response.streaming_content))
+    shutil.copytree(tiny_policy_dir, tmp_path / "path" / "to" / "policy")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.chdir(tmp_path)
+    trained = {}
+    train = Trainer.train
+
+    def recording_train(self, *args, **kwargs):
+        output = train(self, *args, **kwargs)
+        losses = [entry["loss"] for entry in self.state.log_history if "loss" in entry]
+        trained[type(self).__name__] = (self.state.global_step, output.training_loss, losses)
+        return output
+
+    monkeypatch.setattr(Trainer, "train", recording_train)
+    exec(compile(snippet, "docs/data.md", "exec"), {})
+
+    assert set(trained) == {"RewardTrainer", "DPOTrainer"}
+    for steps, loss, _ in trained.values():
+        assert steps >= 1 and math.isfinite(loss)
