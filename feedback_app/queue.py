@@ -400,13 +400,6 @@ def _insert_counted_sql(rows: Rows) -> str:
     """
 
 
-def expire_leases(*, now: datetime | None = None) -> int:
-    """Mark every lease past its time expired (the queue does this lazily too). Returns how many."""
-    return Assignment.objects.filter(status=AssignmentStatus.LEASED, leased_until__lt=now or timezone.now()).update(
-        status=AssignmentStatus.EXPIRED
-    )
-
-
 def enqueue_comparisons(
     project: Project,
     pairs: Iterable[tuple[Trajectory, Trajectory]],

@@ -33,11 +33,6 @@ def policy_for(version: PolicyVersion) -> Policy:
     return policy
 
 
-def clear_cache() -> None:
-    with _lock:
-        _cache.clear()
-
-
 def _device() -> str:
     if settings.TANDEM_POLICY_DEVICE != "auto":
         return settings.TANDEM_POLICY_DEVICE
