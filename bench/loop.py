@@ -15,6 +15,11 @@ base policy version) is written through the ORM.
     .venv/bin/python bench/loop.py --rounds 2 --comparisons 60 --iterations 2 --eval_tasks 40    # a smoke run
     .venv/bin/python bench/loop.py --cases random,active --method dpo --step_items 16
     .venv/bin/python bench/loop.py --cases random,active --comparisons 24 --active_comparisons 12 --samples 4 # 2nd bar
+    .venv/bin/python bench/loop.py --env toolshop         # the tool-calling shop and its shipped tiny policy
+
+`--env` picks the environment: the gridworld (the default) or the tool shop, whose agent answers in chat turns with
+tool calls. Every label the crowd stores records the seconds the annotator-time model (`feedback_app.annotator_time`,
+set with `--annotator_seconds`) gives its kind, and each round reports the annotator minutes spent so far.
 
 Per round, for the random and the active case alike:
 1. the current policy plays `--tasks` fresh training tasks × `--samples`; the rollout run queues `--comparisons`
@@ -32,10 +37,10 @@ Per round, for the random and the active case alike:
    environment's 200 tasks) is read from the run.
 The cases run side by side: each submits its runs as it goes, and the worker's `--parallel` processes (one per core
 by default, each with an equal share of torch's threads) take them in turn.
-Each round's reward model is also scored, outside the loop, on one fixed set of oracle-ordered pairs (the base
-policy's two rollouts of `--test_tasks` tasks no round plays): how often it ranks the oracle's better trajectory
-higher. Unlike its own held-out split, these pairs are the same for every case and round, so they compare what the
-labels of random and of active queries taught it.
+On the gridworld, each round's reward model is also scored, outside the loop, on one fixed set of oracle-ordered
+pairs (the base policy's two rollouts of `--test_tasks` tasks no round plays): how often it ranks the oracle's better
+trajectory higher. Unlike its own held-out split, these pairs are the same for every case and round, so they compare
+what the labels of random and of active queries taught it.
 The oracle case runs PPO from the same base for the same iterations per round with the environment's true reward
 and no labels.
 
@@ -77,8 +82,65 @@ DEFAULT_CROWD = [
 STRATEGY = {"random": "random", "active": "disagreement"}
 
 
+@dataclass(frozen=True)
+class Environment:
+    """A registered environment the loop runs on: where its class lives, its settings, and how its base policy and
+    judges are made."""
+
+    name: str
+    dotted_path: str
+    # The reward model's layout (`reward_models.reward`); None reads whole conversations.
+    reward_layout: str | None
+    # Whether the reward model is also scored on oracle-ordered test pairs (`oracle_test_pairs`): the gridworld's
+    # scripted episodes make them.
+    oracle_pairs: bool
+
+    def config(self) -> dict[str, Any]:
+        if self.name == "toolshop":
+            from reward_models.policy.tool_bootstrap import ToolBootstrapConfig
+
+            return ToolBootstrapConfig().env_config()
+        from reward_models.policy.bootstrap import BootstrapConfig
+
+        return BootstrapConfig().env_config()
+
+    def bootstrap(self, path: Path) -> None:
+        """The base policy: the tiny gridworld Llama trained for seed 0 (2-3 minutes), or the shipped tool-calling
+        Qwen2 copied (seconds)."""
+        if self.name == "toolshop":
+            from reward_models.policy.tool_bootstrap import ToolBootstrapConfig
+            from reward_models.policy.tool_bootstrap import main as bootstrap
+
+            bootstrap(ToolBootstrapConfig(output_dir=str(path), eval_tasks=8))
+            return
+        from reward_models.policy.bootstrap import BootstrapConfig
+        from reward_models.policy.bootstrap import main as bootstrap
+
+        bootstrap(BootstrapConfig(output_dir=str(path), seed=0, max_seconds=1800.0))
+
+
+ENVIRONMENTS = {
+    # The first and last map and the actions, not the policy's reasoning: a `decisions` reward model (reasoning
+    # included) scored a PPO policy that writes "goal is down 0" and never moves above the base policy's failures
+    # more than a `moves` one does, at the same oracle-pair accuracy, and a `moves` model trains faster.
+    "gridworld": Environment("gridworld", "reward_models.envs.gridworld.GridWorld", "moves", oracle_pairs=True),
+    # Tool calls and their results: the reward model reads the whole conversation, tools included.
+    "toolshop": Environment("toolshop", "reward_models.envs.toolshop.ToolShop", None, oracle_pairs=False),
+}
+
+
+def _annotator_time(text: str):
+    from feedback_app.annotator_time import AnnotatorTime
+
+    try:
+        return AnnotatorTime.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="gridworld", choices=sorted(ENVIRONMENTS), help="The environment played.")
     parser.add_argument("--cases", default=",".join(CASES), help="Comma-separated, of: " + ", ".join(CASES))
     parser.add_argument("--method", default="ppo", choices=METHODS, help="How the policy learns from the labels.")
     parser.add_argument("--rounds", type=int, default=4, help="Rounds R of the loop.")
@@ -105,6 +167,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--test_tasks", type=int, default=120, help="Tasks of the reward models' oracle test pairs.")
     parser.add_argument("--crowd", default="", help="A JSON list of TeacherConfig dicts (default: 3 teachers).")
+    parser.add_argument(
+        "--annotator_seconds",
+        type=_annotator_time,
+        default="",
+        help="Seconds each simulated label records, by kind (comparison=25,step_label=4; the rest keep the "
+        "defaults of feedback_app.annotator_time). The dashboard's overview gives a project's medians in this form.",
+    )
     parser.add_argument("--policy", default="", help="The base policy directory (default: bootstrap one, seed 0).")
     parser.add_argument("--work_dir", default="var/bench/loop", help="The data directory, logs and base policy.")
     parser.add_argument("--out", default="var/bench/loop.json", help="The figures as JSON.")
@@ -244,13 +313,10 @@ def free_port() -> int:
 def base_policy(args: argparse.Namespace, work: Path) -> Path:
     if args.policy:
         return Path(args.policy).resolve()
-    path = work / "base-policy"
+    path = work / f"base-policy-{args.env}"
     if not (path / "config.json").is_file():
-        from reward_models.policy.bootstrap import BootstrapConfig
-        from reward_models.policy.bootstrap import main as bootstrap
-
-        print(f"bootstrapping the base policy into {path} (2-3 minutes; kept for later runs)", flush=True)
-        bootstrap(BootstrapConfig(output_dir=str(path), seed=0, max_seconds=1800.0))
+        print(f"making the base policy in {path} (kept for later runs)", flush=True)
+        ENVIRONMENTS[args.env].bootstrap(path)
     return path.resolve()
 
 
@@ -265,12 +331,11 @@ def set_up(args: argparse.Namespace, cases: list[str], policy_dir: Path, crowd: 
     from feedback_app.models import ApiToken, EnvironmentSpec, Membership, PolicyVersion, Project, Role, Task
     from feedback_app.models.trajectories import TaskSplit
     from reward_models.envs import training_seeds
-    from reward_models.policy.bootstrap import BootstrapConfig
 
     User = get_user_model()
+    environment = ENVIRONMENTS[args.env]
     spec, _ = EnvironmentSpec.objects.get_or_create(
-        name="gridworld",
-        defaults={"dotted_path": "reward_models.envs.gridworld.GridWorld", "config": BootstrapConfig().env_config()},
+        name=environment.name, defaults={"dotted_path": environment.dotted_path, "config": environment.config()}
     )
     env = spec.load()
     seeds = list(training_seeds(env, args.tasks * args.rounds, start=args.seed * 1_000_000 + 500_000))
@@ -322,6 +387,8 @@ class Point:
     sampled_stderr: float
     policy_version: int
     seconds: float
+    # The simulated annotators' time so far, by the annotator-time model (`feedback_app.annotator_time`).
+    annotator_minutes: float = 0.0
     strategies: dict[str, int] = field(default_factory=dict)
     judges: dict[str, Any] = field(default_factory=dict)
     # Gains over the base policy, paired over the same held-out tasks (`success_gain`: sampled_gain,
@@ -336,6 +403,7 @@ class Loop:
         from feedback_app.simulated import ApiClient
 
         self.args = args
+        self.time_model = args.annotator_seconds
         self.url = url
         self.setup = setup
         self.crowd = crowd
@@ -386,7 +454,7 @@ class Loop:
             for key, member in zip(self.setup["crowd_keys"], self.crowd, strict=True)
         ]
         with self.labelling:
-            return run_crowd(self.url, project, members)
+            return run_crowd(self.url, project, members, time_model=self.time_model)
 
     def strategies(self, project: int) -> dict[str, int]:
         """How many current comparisons were asked under each query strategy (as recorded on the labels)."""
@@ -413,11 +481,7 @@ class Loop:
                 "config": {
                     "name": f"rm-r{round_}",
                     "ensemble_size": self.args.ensemble,
-                    # The first and last map and the actions, not the policy's reasoning: a `decisions` reward
-                    # model (reasoning included) scored a PPO policy that writes "goal is down 0" and never moves
-                    # above the base policy's failures more than a `moves` one does, at the same oracle-pair accuracy,
-                    # and a `moves` model trains faster.
-                    "layout": "moves",
+                    **({"layout": layout} if (layout := ENVIRONMENTS[self.args.env].reward_layout) else {}),
                     "num_epochs": 3,
                     # The tiny policy's recipe (bench/judge_oracle.py's); the pipeline's 1e-4 suits pretrained models
                     # and left the reward model below "the shorter trajectory wins" (held out 0.52 against 0.71).
@@ -441,11 +505,13 @@ class Loop:
                 },
             },
         )
-        model = self.api.get(f"/api/projects/{project}/models/{rm['summary']['registered_model']}/")
-        accuracy = oracle_accuracy(model["path"], self.test_pairs)
+        figures: dict[str, Any] = {}
+        if self.test_pairs:
+            model = self.api.get(f"/api/projects/{project}/models/{rm['summary']['registered_model']}/")
+            accuracy = oracle_accuracy(model["path"], self.test_pairs)
+            figures = {"rm_oracle_accuracy": accuracy.pop("all"), "rm_oracle_accuracy_by_type": accuracy}
         return {
-            "rm_oracle_accuracy": accuracy.pop("all"),
-            "rm_oracle_accuracy_by_type": accuracy,
+            **figures,
             "reward_model": rm["summary"]["registered_model"],
             "prm": prm["summary"]["registered_model"],
             "rm_own_heldout_accuracy": (rm["summary"].get("metrics") or {}).get("accuracy"),
@@ -511,7 +577,7 @@ class Loop:
             self.api.request("PATCH", f"/api/projects/{project}/", {"query_strategy": STRATEGY[case]})
         points: list[Point] = []
         base: dict[str, Any] = {}
-        labelled = {"comparison": 0, "step_items": 0}
+        labelled = {"comparison": 0, "step_items": 0, "seconds": 0.0}
         for round_ in range(self.args.rounds):
             started = time.monotonic()
             self.say(f"round {round_ + 1}/{self.args.rounds}")
@@ -523,6 +589,7 @@ class Loop:
                 self.say(f"    labelled in {crowd['seconds']:.0f} s: {json.dumps(crowd['total'])}")
                 labelled["comparison"] += crowd["total"].get("comparison", 0)
                 labelled["step_items"] += crowd["total"].get("items", 0) - crowd["total"].get("comparison", 0)
+                labelled["seconds"] += crowd["total"].get("seconds", 0.0)
                 judges = self.judges(project, round_)
             summary = self.train_policy(project, policy, round_, judges)
             metrics = summary.get("metrics") or {}
@@ -540,6 +607,7 @@ class Loop:
                     sampled_stderr=final.get("sampled_stderr", float("nan")),
                     policy_version=policy,
                     seconds=time.monotonic() - started,
+                    annotator_minutes=labelled["seconds"] / 60,
                     strategies=self.strategies(project) if case != "oracle" else {},
                     judges=judges or {},
                     gains=success_gain({"base": base, "final": final}),
@@ -610,7 +678,8 @@ def describe(point: Point) -> str:
         if f"{decoding}_gain_stderr" in point.gains
     )
     return (
-        f"{point.comparisons} comparisons, {point.step_items} step labels: {judged}greedy {point.greedy:.1%} "
+        f"{point.comparisons} comparisons, {point.step_items} step labels, {point.annotator_minutes:.0f} annotator "
+        f"minutes: {judged}greedy {point.greedy:.1%} "
         f"± {point.greedy_stderr:.1%}, sampled {point.sampled:.1%} ± {point.sampled_stderr:.1%}{gains} "
         f"({point.seconds:.0f} s)"
     )
@@ -644,14 +713,14 @@ def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argpars
         f"{base.get('sampled_success', float('nan')):.1%} on {args.eval_tasks} held-out tasks (sampled: "
         f"{args.eval_samples} episodes of each)"
     )
-    header = f"{'case':<8} {'round':>5} {'comparisons':>11} {'step items':>10} {'greedy':>16} {'sampled':>16}"
-    header += f" {'RM vs oracle':>12} {'time':>6}"
+    header = f"{'case':<8} {'round':>5} {'comparisons':>11} {'step items':>10} {'annotator min':>13}"
+    header += f" {'greedy':>16} {'sampled':>16} {'RM vs oracle':>12} {'time':>6}"
     print(header)
     print("-" * len(header))
     for case, (_, points) in results.items():
         for p in points:
             print(
-                f"{case:<8} {p.round:>5} {p.comparisons:>11} {p.step_items:>10} "
+                f"{case:<8} {p.round:>5} {p.comparisons:>11} {p.step_items:>10} {p.annotator_minutes:>13.1f} "
                 f"{p.greedy:>8.1%} ± {p.greedy_stderr:>4.1%} {p.sampled:>8.1%} ± {p.sampled_stderr:>4.1%} "
                 f"{_percent(p.judges.get('rm_oracle_accuracy')):>12} {p.seconds:>5.0f}s"
             )
@@ -708,7 +777,10 @@ def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argpars
                     f"{figures['active_minus_random']:+.1%}"
                 )
             print(f"{decoding}: " + "; ".join(parts))
-    if "random" in results and "active" in results:
+    scored = all(
+        "rm_oracle_accuracy" in p.judges for case in ("random", "active") for p in results.get(case, ([], []))[1]
+    )
+    if "random" in results and "active" in results and scored:
         target = results["random"][1][-1].judges.get("rm_oracle_accuracy")
         reached = {
             case: next(
@@ -861,7 +933,8 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([sys.executable, "-m", "feedback_app.secret_key"], cwd=ROOT, env=servers.env(), check=True)
     servers.manage("migrate", "--noinput", "-v", "0")
     setup = set_up(args, cases, policy_dir, crowd)
-    test_pairs = oracle_test_pairs(policy_dir, args.test_tasks, args.seed) if set(cases) - {"oracle"} else []
+    scored = ENVIRONMENTS[args.env].oracle_pairs and set(cases) - {"oracle"}
+    test_pairs = oracle_test_pairs(policy_dir, args.test_tasks, args.seed) if scored else []
     if test_pairs:
         print(f"{len(test_pairs)} oracle-ordered test pairs score every reward model", flush=True)
     servers.start()
@@ -886,7 +959,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nwall time {wall / 60:.1f} min (set-up, servers and every case; not the base policy's bootstrap)")
     out = ROOT / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    settings = {key: value for key, value in vars(args).items() if key != "settings"} | {"settings": args.settings}
+    settings = vars(args) | {"settings": args.settings, "annotator_seconds": args.annotator_seconds.argument()}
     out.write_text(
         json.dumps(
             {
