@@ -3,7 +3,8 @@
 It migrates the database named by DATABASE_URL, makes a fresh project, a researcher and an API token, writes
 N multi-step trajectories as JSON Lines, starts gunicorn (one sync worker), POSTs the file to
 /api/projects/<id>/trajectories/import, and prints trajectories/s, steps/s and the worker's peak RSS (VmHWM). Then it
-posts the same file again, which must store nothing (the idempotent retry), and times that too.
+posts the same file again, which must store nothing (the idempotent retry), and times that too. The figures are also
+written as JSON (`--out`).
 
     DATABASE_URL=postgres://tandem:tandem@127.0.0.1:5432/tandem_bench .venv/bin/python bench/import_bench.py
     .venv/bin/python bench/import_bench.py --rows 2000          # a quick check (SQLite in TANDEM_DATA_DIR)
@@ -39,6 +40,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=0, help="Port for gunicorn; 0 picks a free one.")
     parser.add_argument("--timeout", type=int, default=3600, help="gunicorn's worker timeout, in seconds.")
     parser.add_argument("--no-retry", action="store_true", help="Skip the second, idempotent POST.")
+    parser.add_argument(
+        "--out", default=str(ROOT / "var" / "bench" / "import_bench.json"), help="The figures as JSON."
+    )
     return parser.parse_args()
 
 
@@ -223,6 +227,20 @@ def main() -> None:
         stored = Trajectory.objects.filter(project=project).count()
         steps = Step.objects.filter(trajectory__project=project).count()
         assert stored == args.rows and steps == args.rows * args.steps, (stored, steps)
+        figures = {
+            "database": connection.vendor,
+            "trajectories": args.rows,
+            "steps_per_trajectory": args.steps,
+            "tasks": args.tasks,
+            "file_mib": round(size / 2**20, 1),
+            "first_import": {
+                "seconds": round(elapsed, 2),
+                "trajectories_per_second": round(args.rows / elapsed),
+                "steps_per_second": round(steps / elapsed),
+                "worker_cpu_seconds": round(cpu, 1),
+                "worker_peak_rss_mib": round(rss),
+            },
+        }
         print(
             f"  {args.rows / elapsed:,.0f} trajectories/s, {steps / elapsed:,.0f} steps/s, "
             f"{size / 2**20 / elapsed:.1f} MiB/s; server worker peak RSS {rss:.0f} MiB"
@@ -236,6 +254,15 @@ def main() -> None:
                 f"{args.rows / elapsed:,.0f} rows/s checked; peak RSS {peak_rss_mib(server.pid):.0f} MiB"
             )
             assert answer.get("created") == 0 and answer.get("skipped") == args.rows, answer
+            figures["retried_import"] = {
+                "seconds": round(elapsed, 2),
+                "rows_checked_per_second": round(args.rows / elapsed),
+                "worker_cpu_seconds": round(cpu, 1),
+            }
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(figures, indent=2) + "\n")
+        print(f"wrote {out}")
     finally:
         server.terminate()
         server.wait(timeout=30)

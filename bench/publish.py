@@ -38,6 +38,7 @@ TITLES = {
     "dpo_balance": "Step DPO's pair balancing",
     "export_bench": "Export throughput",
     "fuzz_api": "REST API fuzzing",
+    "import_bench": "Trajectory import throughput",
     "judge_oracle": "Judges against the oracle",
     "loop": "The feedback loop",
     "memory_bench": "Memory at the shape of a 0.5 B model",

@@ -411,7 +411,7 @@ class SimulatedAnnotator:
             # spread over the labels it stores, so that their sum is the mark's.
             values = [1] * values.index(-1) + [-1]
             seconds = [self.time.first_error / len(values)] * len(values)
-        for step_id, value, spent in zip(trajectory.step_ids, values, seconds, strict=False):
+        for step_id, value, spent in zip(trajectory.step_ids[: len(values)], values, seconds, strict=True):
             # False: this step already has a current label by this annotator (a gold copy of the item), which
             # finishing counts as it is.
             body = {"step": step_id, "value": value}
