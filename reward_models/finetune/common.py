@@ -438,6 +438,8 @@ def token_logprobs(
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
         if temperature != 1.0:
             logits = logits / temperature
+    elif temperature != 1.0:
+        raise ValueError("temperature: given logits are used as they are; scale them before passing them")
     shifted = logits[:, :-1].float()
     targets = batch.input_ids[:, 1:]
     chosen = shifted.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - shifted.logsumexp(dim=-1)

@@ -2,7 +2,9 @@
 researcher also with DEBUG on). A page fails when its visible text shows template syntax, when it logs a console
 error (a CSP violation is one), when a request the test did not ask for fails, or when it is wider than the screen
 (the project, its policies, snapshots and models carry long unbroken names). Members get each page or the 403 of
-their role; an outsider gets 404 for everything in the project.
+their role; an outsider gets 404 for everything in the project. The Django admin's pages share one set of scripts
+and styles: the browser opens its index, its lists and one change and one add form, and the test client opens every
+one of them.
 
 The htmx forms' error paths run the same way: a 4xx answer is swapped into its own target, beside the field, and
 the rest of the page stays, with DEBUG on as with it off."""

@@ -217,19 +217,25 @@ def test_a_simulated_annotator_labels_the_queue_over_http_at_its_mistake_rate(
     assert sorted(seen) == sorted(label.pk for label in labels) and n > 2
 
 
+def _a_wrong_second_step(task) -> tuple:
+    """The task's oracle, and four moves of which only the second is wrong: a shortest path's first move, a move off
+    it, then the path's next two moves."""
+    oracle = GridWorld().oracle({"seed": task.seed, "instruction": task.instruction, **task.spec})
+    path = []
+    while not oracle.success(path):
+        path.append(oracle.best_actions(path)[0])
+    wrong = next(a for a in ("up", "down", "left", "right") if a not in oracle.best_actions(path[:1]))
+    return oracle, [path[0], wrong, *path[1:3]]
+
+
 def test_a_simulated_annotator_labels_steps_critiques_and_intervenes_on_a_step_item(
     live_server, project, task, annotator
 ):
     from feedback_app import queue
     from feedback_app.models import ApiToken, Assignment, Critique, Intervention, StepLabel
 
-    spec = {"seed": task.seed, "instruction": task.instruction, **task.spec}
-    oracle = GridWorld().oracle(spec)
-    path = []
-    while not oracle.success(path):
-        path.append(oracle.best_actions(path)[0])
-    wrong = next(a for a in ("up", "down", "left", "right") if a not in oracle.best_actions(path[:1]))
-    actions = [path[0], wrong, *path[1:3]]
+    oracle, actions = _a_wrong_second_step(task)
+    wrong = actions[1]
     trajectory = _store_trajectory(project, task, actions)
     (item,) = queue.enqueue_trajectories(project, [trajectory], query_strategy="disagreement", overlap=1)
     _, key = ApiToken.issue(annotator, "simulated")
@@ -275,13 +281,7 @@ def test_a_first_error_mark_labels_the_steps_up_to_the_first_wrong_one_for_the_m
     from feedback_app import queue
     from feedback_app.models import ApiToken, Assignment, StepLabel
 
-    spec = {"seed": task.seed, "instruction": task.instruction, **task.spec}
-    oracle = GridWorld().oracle(spec)
-    path = []
-    while not oracle.success(path):
-        path.append(oracle.best_actions(path)[0])
-    wrong = next(a for a in ("up", "down", "left", "right") if a not in oracle.best_actions(path[:1]))
-    actions = [path[0], wrong, *path[1:3]]
+    _, actions = _a_wrong_second_step(task)
     (item,) = queue.enqueue_trajectories(project, [_store_trajectory(project, task, actions)], overlap=1)
     _, key = ApiToken.issue(annotator, "simulated")
     teacher = ScriptedTeacher(TeacherConfig(first_error_marks=True, critiques=False, interventions=False))

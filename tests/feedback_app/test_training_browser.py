@@ -94,7 +94,10 @@ def test_a_researcher_launches_watches_and_cancels_runs_from_the_dashboard(
     page.fill("#launch-config-max-turns", "4")
     page.fill("#launch-config-selection-tasks", "0")
     fill_settings(page, {"max_steps": "400", "batch_size": "8", "eval_tasks": "0", "save_steps": "400"})
-    page.uncheck("#launch-review-enabled")
+    # By keyboard: the runs table above polls and can move the box between a mouse click's aim and its landing.
+    page.focus("#launch-review-enabled")
+    page.keyboard.press("Space")
+    assert not page.is_checked("#launch-review-enabled")
     page.click("#launch-form button[type=submit]")
     page.wait_for_url(RUN_PAGE)
     ppo = TrainingRun.objects.get(kind="ppo")
