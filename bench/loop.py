@@ -61,6 +61,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -82,50 +83,61 @@ DEFAULT_CROWD = [
 STRATEGY = {"random": "random", "active": "disagreement"}
 
 
+def _gridworld_config() -> dict[str, Any]:
+    from reward_models.policy.bootstrap import BootstrapConfig
+
+    return BootstrapConfig().env_config()
+
+
+def _gridworld_base(path: Path) -> None:
+    """The tiny gridworld Llama, trained for seed 0 (2-3 minutes)."""
+    from reward_models.policy.bootstrap import BootstrapConfig
+    from reward_models.policy.bootstrap import main as bootstrap
+
+    bootstrap(BootstrapConfig(output_dir=str(path), seed=0, max_seconds=1800.0))
+
+
+def _toolshop_config() -> dict[str, Any]:
+    from reward_models.policy.tool_bootstrap import ToolBootstrapConfig
+
+    return ToolBootstrapConfig().env_config()
+
+
+def _toolshop_base(path: Path) -> None:
+    """The shipped tool-calling Qwen2, copied (seconds)."""
+    from reward_models.policy.tool_bootstrap import ToolBootstrapConfig
+    from reward_models.policy.tool_bootstrap import main as bootstrap
+
+    bootstrap(ToolBootstrapConfig(output_dir=str(path), eval_tasks=8))
+
+
 @dataclass(frozen=True)
 class Environment:
-    """A registered environment the loop runs on: where its class lives, its settings, and how its base policy and
-    judges are made."""
+    """A registered environment the loop runs on: where its class lives, its settings, how its base policy is made,
+    and how its judges read it."""
 
     name: str
     dotted_path: str
+    config: Callable[[], dict[str, Any]]
+    bootstrap: Callable[[Path], None]
     # The reward model's layout (`reward_models.reward`); None reads whole conversations.
     reward_layout: str | None
     # Whether the reward model is also scored on oracle-ordered test pairs (`oracle_test_pairs`): the gridworld's
     # scripted episodes make them.
     oracle_pairs: bool
 
-    def config(self) -> dict[str, Any]:
-        if self.name == "toolshop":
-            from reward_models.policy.tool_bootstrap import ToolBootstrapConfig
-
-            return ToolBootstrapConfig().env_config()
-        from reward_models.policy.bootstrap import BootstrapConfig
-
-        return BootstrapConfig().env_config()
-
-    def bootstrap(self, path: Path) -> None:
-        """The base policy: the tiny gridworld Llama trained for seed 0 (2-3 minutes), or the shipped tool-calling
-        Qwen2 copied (seconds)."""
-        if self.name == "toolshop":
-            from reward_models.policy.tool_bootstrap import ToolBootstrapConfig
-            from reward_models.policy.tool_bootstrap import main as bootstrap
-
-            bootstrap(ToolBootstrapConfig(output_dir=str(path), eval_tasks=8))
-            return
-        from reward_models.policy.bootstrap import BootstrapConfig
-        from reward_models.policy.bootstrap import main as bootstrap
-
-        bootstrap(BootstrapConfig(output_dir=str(path), seed=0, max_seconds=1800.0))
-
 
 ENVIRONMENTS = {
     # The first and last map and the actions, not the policy's reasoning: a `decisions` reward model (reasoning
     # included) scored a PPO policy that writes "goal is down 0" and never moves above the base policy's failures
     # more than a `moves` one does, at the same oracle-pair accuracy, and a `moves` model trains faster.
-    "gridworld": Environment("gridworld", "reward_models.envs.gridworld.GridWorld", "moves", oracle_pairs=True),
+    "gridworld": Environment(
+        "gridworld", "reward_models.envs.gridworld.GridWorld", _gridworld_config, _gridworld_base, "moves", True
+    ),
     # Tool calls and their results: the reward model reads the whole conversation, tools included.
-    "toolshop": Environment("toolshop", "reward_models.envs.toolshop.ToolShop", None, oracle_pairs=False),
+    "toolshop": Environment(
+        "toolshop", "reward_models.envs.toolshop.ToolShop", _toolshop_config, _toolshop_base, None, False
+    ),
 }
 
 
@@ -777,10 +789,8 @@ def report(results: dict[str, tuple[dict[str, Any], list[Point]]], args: argpars
                     f"{figures['active_minus_random']:+.1%}"
                 )
             print(f"{decoding}: " + "; ".join(parts))
-    scored = all(
-        "rm_oracle_accuracy" in p.judges for case in ("random", "active") for p in results.get(case, ([], []))[1]
-    )
-    if "random" in results and "active" in results and scored:
+    # Scored against the oracle pairs (the gridworld's only): every round of every case is, or none is.
+    if "random" in results and "active" in results and "rm_oracle_accuracy" in results["random"][1][-1].judges:
         target = results["random"][1][-1].judges.get("rm_oracle_accuracy")
         reached = {
             case: next(

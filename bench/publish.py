@@ -139,8 +139,8 @@ def publish(bench: str, arguments: list[str], variant: str | None = None) -> dic
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    result = publish(args.bench, args.arguments, args.variant)
-    name = f"{result['bench']}-{args.variant}" if args.variant else result["bench"]
+    publish(args.bench, args.arguments, args.variant)
+    name = f"{args.bench}-{args.variant}" if args.variant else args.bench
     print(f"wrote {RESULTS.relative_to(ROOT) / (name + '.json')}; `mkdocs build` renders it")
 
 
