@@ -147,7 +147,10 @@ class PPOConfig(PolicyTrainConfig):
             "help": "model: the reward model (+ PRM); oracle: the environment's true reward (upper bound).",
         },
     )
-    reward_model_path: str = field(default="", metadata={"help": "A reward model directory (reward_models.reward)."})
+    reward_model_path: str = field(
+        default="",
+        metadata={"help": "A reward model directory (reward_models.reward); optional when a PRM alone is the judge."},
+    )
     reward_layout: str = field(
         default="full",
         metadata={
@@ -156,7 +159,13 @@ class PPOConfig(PolicyTrainConfig):
             "actions or moves; the reward model then applies the layout it was trained in.",
         },
     )
-    prm_path: str = field(default="", metadata={"help": "A process reward model directory (optional)."})
+    prm_path: str = field(
+        default="",
+        metadata={
+            "help": "A process reward model directory: shaping beside the reward model, or the only judge (then "
+            "prm_shaping signed or centred, since penalty alone never pays for a good step)."
+        },
+    )
     prm_weight: float = field(default=0.5, metadata={"help": "Weight of the PRM's shaping on each turn."})
     prm_shaping: str = field(
         default="penalty",
@@ -231,9 +240,9 @@ class PPOConfig(PolicyTrainConfig):
             f"must be one of {', '.join(REWARD_SOURCES)}, not {self.reward_source!r}",
         )
         require(
-            self.reward_source == "oracle" or bool(self.reward_model_path),
+            self.reward_source == "oracle" or bool(self.reward_model_path or self.prm_path),
             "reward_model_path",
-            "is required unless reward_source is oracle",
+            "is required unless reward_source is oracle or a prm_path is given",
         )
         require(
             self.reward_layout in REWARD_LAYOUTS,
@@ -249,6 +258,11 @@ class PPOConfig(PolicyTrainConfig):
             self.prm_shaping in PRM_SHAPINGS,
             "prm_shaping",
             f"must be one of {', '.join(PRM_SHAPINGS)}, not {self.prm_shaping!r}",
+        )
+        require(
+            self.reward_source == "oracle" or bool(self.reward_model_path) or self.prm_shaping != "penalty",
+            "prm_shaping",
+            "a PRM alone needs signed or centred: penalty never pays for a good step",
         )
         require(self.kl_beta >= 0, "kl_beta", "must be 0 or positive")
         require(self.kl_target >= 0, "kl_target", "must be 0 (fixed kl_beta) or positive")

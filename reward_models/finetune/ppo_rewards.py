@@ -157,7 +157,8 @@ class RunningMoments:
 
 
 class JudgeRewards:
-    """The judge models' per-turn rewards for a batch of episodes (the ``model`` reward source)."""
+    """The judge models' per-turn rewards for a batch of episodes (the ``model`` reward source): the reward model's
+    score on the last turn, and the PRM's shaping on every turn. Either may be left out (an empty path), not both."""
 
     def __init__(
         self,
@@ -173,7 +174,9 @@ class JudgeRewards:
         from reward_models.prm import load_prm
         from reward_models.reward import load_reward_model
 
-        self.reward_model = load_reward_model(reward_model_path, device=str(device))
+        if not (reward_model_path or prm_path):
+            raise ValueError("a reward model or a PRM is needed")
+        self.reward_model = load_reward_model(reward_model_path, device=str(device)) if reward_model_path else None
         self.prm = load_prm(prm_path, device=str(device)) if prm_path else None
         self.prm_weight = prm_weight
         self.layout = layout
@@ -186,16 +189,18 @@ class JudgeRewards:
 
     def __call__(self, episodes: Sequence[Episode]) -> tuple[list[list[float]], dict[str, float]]:
         """Each episode's per-turn rewards (KL not included) and the raw figures to log."""
-        inputs = [reward_model_inputs(episode, self.layout) for episode in episodes]
         tools = [episode.tools or None for episode in episodes]
-        scores, _ = self.reward_model.score(
-            [prompt for prompt, _ in inputs], [completion for _, completion in inputs], tools
-        )
-        self.moments.update(scores)
         rewards = [[0.0] * episode.length for episode in episodes]
-        for turns, score in zip(rewards, scores, strict=True):
-            turns[-1] += self.moments.normalise(score) if self.normalise else score
-        figures = {"reward_model_score": sum(scores) / len(scores)}
+        figures: dict[str, float] = {}
+        if self.reward_model is not None:
+            inputs = [reward_model_inputs(episode, self.layout) for episode in episodes]
+            scores, _ = self.reward_model.score(
+                [prompt for prompt, _ in inputs], [completion for _, completion in inputs], tools
+            )
+            self.moments.update(scores)
+            for turns, score in zip(rewards, scores, strict=True):
+                turns[-1] += self.moments.normalise(score) if self.normalise else score
+            figures["reward_model_score"] = sum(scores) / len(scores)
         if self.prm is not None:
             step_scores = self.prm.conversation_scores([prm_messages(episode) for episode in episodes], tools)
             for good, episode in zip(step_scores, episodes, strict=True):

@@ -260,6 +260,22 @@ def test_the_prm_shaping_charges_bad_steps_and_never_pays_for_length(judges):
     assert signed == pytest.approx([value + 2.0 * (figures["prm_mean"] - 0.5) for value in centred])
     with pytest.raises(ConfigError, match="prm_shaping"):
         make_config(Path("."), Path("out"), prm_shaping="zero")
+    # A PRM alone: its shaping is the whole reward, and the reward model's score is neither added nor logged.
+    prm_alone, figures = JudgeRewards("", paths[1], **shared, prm_shaping="signed")(episodes)
+    assert [reward for turns in prm_alone for reward in turns] == pytest.approx(signed)
+    assert "reward_model_score" not in figures and "prm_mean" in figures
+    with pytest.raises(ValueError, match="a reward model or a PRM"):
+        JudgeRewards("", "", **shared)
+
+
+def test_a_prm_alone_is_a_judge_but_not_with_the_penalty_shaping(judges, tmp_path):
+    from reward_models.finetune.ppo import PPOConfig
+
+    prm = str(judges["prm_path"])
+    shared = {"policy_path": str(tmp_path), "output_dir": str(tmp_path / "out"), "reward_source": "model"}
+    assert PPOConfig(**shared, prm_path=prm, prm_shaping="signed").reward_model_path == ""
+    with pytest.raises(ConfigError, match="prm_shaping"):
+        PPOConfig(**shared, prm_path=prm)
 
 
 # --- training ----------------------------------------------------------------------------------------------------
