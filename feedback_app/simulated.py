@@ -15,7 +15,8 @@ al. 2021, "B-Pref: benchmarking preference-based reinforcement learning"):
 Step labels are +1 where the oracle calls a step correct and -1 elsewhere (flipped with probability epsilon), or,
 with ``first_error_marks``, PRM800K's shortcut: the first step the teacher calls wrong is -1, the steps before it +1;
 critiques name the first wrong step and the better action in the words of ``reward_models.oracle_data``; an
-intervention puts the oracle's best action at the first wrong step. Where the environment's actions are assistant
+intervention puts the oracle's best action at the first wrong step. With the mistake rate, a critique or an
+intervention misplaces the error: it lands on another step, or on none. Where the environment's actions are assistant
 messages (the tool shop), each step's action is read from its message as the agent wrote it, a critique writes
 calls as ``name(arguments)``, and the correction is the oracle's message. The labels go through the API's own endpoints
 with the assignment, so they carry the item's query strategy and count towards the queue exactly as a person's, and
@@ -195,7 +196,7 @@ class ScriptedTeacher:
         what went right. None for an empty trajectory."""
         if not actions:
             return None
-        error = first_wrong_step(oracle, actions)
+        error = self._spotted(first_wrong_step(oracle, actions), len(actions))
         if error is None:
             if oracle.success(actions):
                 return "every step moves toward the goal ; the agent reaches the goal"
@@ -207,13 +208,23 @@ class ScriptedTeacher:
 
     def correction(self, oracle: Oracle, actions: Sequence[Any]) -> tuple[int, Any] | None:
         """(index of the first wrong step, the oracle's best action there: a move, or an assistant message where the
-        environment's actions are messages), or None when no step is wrong or nothing better exists."""
-        error = first_wrong_step(oracle, actions)
+        environment's actions are messages), or None when no step is wrong or nothing better exists. With the
+        mistake rate, the teacher misplaces the error (`_spotted`): a right step "corrected" to another of the
+        oracle's best actions there, or none when it has no other."""
+        error = self._spotted(first_wrong_step(oracle, actions), len(actions))
         if error is None:
             return None
         taken = action_text(actions[error])
         best = [action for action in oracle.best_actions(actions[:error]) if action_text(action) != taken]
         return (error, best[0]) if best else None
+
+    def _spotted(self, error: int | None, steps: int) -> int | None:
+        """The step the teacher takes for the first wrong one: `error` (None: every step right), or with probability
+        epsilon another step of the `steps`, or none at all when it has no other: a missed or misplaced error."""
+        if steps == 0 or not self._mistake():
+            return error
+        others = [index for index in range(steps) if index != error]
+        return self.rng.choice(others) if others else None
 
     def _mistake(self) -> bool:
         return self.config.epsilon > 0 and self.rng.random() < self.config.epsilon
@@ -342,8 +353,10 @@ class SimulatedAnnotator:
         max_labels: int | None = None,
         kinds: Sequence[str] = KINDS,
         on_item: Callable[[dict[str, float]], None] | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> dict[str, float]:
-        """Label until the queue has nothing left for this annotator (or `max_labels` items are answered).
+        """Label until the queue has nothing left for this annotator (or `max_labels` items are answered, or
+        `stop()` says so before the next item).
 
         Returns counts: `items` answered, labels stored by kind (`comparison`, `step_label`, `critique`,
         `intervention`), `skipped` items, `lost` ones (the lease ran out and others had labelled the item), and
@@ -358,7 +371,7 @@ class SimulatedAnnotator:
             self.environment = load_environment(spec["dotted_path"], spec["config"])
         counts = dict.fromkeys(COUNTS, 0)
         wanted = [kind for kind in kinds if kind != "step_label" or self.teacher.config.step_labels]
-        while wanted and (max_labels is None or counts["items"] < max_labels):
+        while wanted and (max_labels is None or counts["items"] < max_labels) and not (stop and stop()):
             # Round robin over the kinds, so a crowd limited by max_labels answers some of each.
             kind = wanted.pop(0)
             status, assignment = self.client.post(self.base + "/assignments/next/", {"kind": kind})
@@ -491,9 +504,12 @@ def run_crowd(
     kinds: Sequence[str] = KINDS,
     on_progress: Callable[[dict[str, float]], None] | None = None,
     time_model: AnnotatorTime | None = None,
+    max_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Run one simulated annotator per (API token, teacher config), each in its own thread, until the queue has
-    nothing left for them (or each has answered `max_labels` items).
+    nothing left for them (or each has answered `max_labels` items, or the labels stored by all of them record
+    `max_seconds` of annotator time: each member stops before its next item, so the crowd overshoots by at most one
+    item each, and the rest stay queued).
 
     Returns {"members": [counts per member, in order], "total": summed counts, "seconds": wall time}; each member's
     `seconds` count is the annotator time its labels record, by `time_model` (the defaults when None).
@@ -514,11 +530,17 @@ def run_crowd(
             if on_progress is not None:
                 on_progress(dict(totals))
 
+    def spent() -> bool:
+        with lock:
+            return max_seconds is not None and totals.get("seconds", 0) >= max_seconds
+
     def work(index: int, token: str, config: TeacherConfig) -> None:
         client = ApiClient(base_url, token)
         annotator = SimulatedAnnotator(client, project_id, ScriptedTeacher(config), environment, time_model)
         try:
-            results[index] = annotator.run(max_labels, kinds, on_item=lambda counts: progress(index, counts))
+            results[index] = annotator.run(
+                max_labels, kinds, on_item=lambda counts: progress(index, counts), stop=spent
+            )
         except BaseException as exc:  # reported after every thread has ended
             errors[index] = exc
 

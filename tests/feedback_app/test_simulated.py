@@ -122,6 +122,22 @@ def test_the_correction_is_the_oracles_best_action_at_the_first_wrong_step(oracl
     assert teacher.correction(oracle, BEST) is None
 
 
+def test_mistakes_misplace_the_critique_s_and_the_correction_s_step_at_the_mistake_rate(oracle):
+    actions = ["right", "right", "left", "right"]  # the third step is the first wrong one
+    always = ScriptedTeacher(TeacherConfig(epsilon=1.0, seed=3))
+    for _ in range(20):
+        # Always mistaken: never the third step; a right step has no other best action here, so nothing is corrected.
+        assert always.correction(oracle, actions) is None
+        assert not always.critique(oracle, actions).startswith("step 3 is wrong")
+    # A one-step trajectory has no other step: the mistake misses its error.
+    assert always.critique(oracle, ["left"]).startswith("every step moves toward the goal")
+    draws = 2000
+    teacher = ScriptedTeacher(TeacherConfig(epsilon=0.2, seed=4))
+    right = sum(teacher.correction(oracle, actions) == (2, "right") for _ in range(draws))
+    low, high = _binomial_bounds(draws, 0.8)
+    assert low <= right <= high
+
+
 def test_teacher_settings_from_json_name_the_bad_field():
     assert TeacherConfig.from_dict({"beta": "inf", "epsilon": 0.1}) == TeacherConfig(epsilon=0.1)
     with pytest.raises(ValueError, match="^gama: unknown teacher setting"):
@@ -293,6 +309,20 @@ def test_a_first_error_mark_labels_the_steps_up_to_the_first_wrong_one_for_the_m
     assert labels == [(0, 1, mark / 2), (1, -1, mark / 2)], "the steps after the first error stay unlabelled"
     assert (counts["step_label"], counts["items"], counts["seconds"]) == (2, 1, mark)
     assert Assignment.objects.get(item=item).status == "done"
+
+
+def test_a_crowd_stops_at_its_time_budget_and_leaves_the_rest_queued(
+    live_server, project, annotator, other_annotator, gridworld_pairs
+):
+    from feedback_app.models import ApiToken, Comparison
+
+    keys = [ApiToken.issue(user, "simulated")[1] for user in (annotator, other_annotator)]
+    each = AnnotatorTime().comparison
+    members = [(keys[0], TeacherConfig(seed=1)), (keys[1], TeacherConfig(seed=2))]
+    result = run_crowd(live_server.url, project.pk, members, environment=GridWorld(), max_seconds=5 * each)
+    # Each member checks the budget before its next item: at most one item each past it.
+    assert 5 <= result["total"]["comparison"] <= 6 and result["total"]["seconds"] <= 6 * each
+    assert Comparison.objects.count() == result["total"]["comparison"] < len(gridworld_pairs)
 
 
 def test_a_crowd_labels_each_item_once_per_slot(live_server, project, annotator, other_annotator, gridworld_pairs):
