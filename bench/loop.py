@@ -401,6 +401,9 @@ class Point:
     seconds: float
     # The simulated annotators' time so far, by the annotator-time model (`feedback_app.annotator_time`).
     annotator_minutes: float = 0.0
+    interventions: int = 0
+    # Each held-out task's success, by decoding: what a comparison of two cases pairs.
+    per_task: dict[str, list[float]] = field(default_factory=dict)
     strategies: dict[str, int] = field(default_factory=dict)
     judges: dict[str, Any] = field(default_factory=dict)
     # Gains over the base policy, paired over the same held-out tasks (`success_gain`: sampled_gain,
@@ -409,22 +412,24 @@ class Point:
 
 
 class Loop:
-    def __init__(
-        self, args: argparse.Namespace, url: str, setup: dict[str, Any], crowd: list[dict], test_pairs: list
-    ) -> None:
-        from feedback_app.simulated import ApiClient
+    """The cases' rounds against a running Tandem (`connect` gives its URL and the set-up's ids and keys)."""
 
+    def __init__(self, args: argparse.Namespace, crowd: list[dict], test_pairs: list) -> None:
         self.args = args
         self.time_model = args.annotator_seconds
-        self.url = url
-        self.setup = setup
         self.crowd = crowd
         self.test_pairs = test_pairs
-        self.api = ApiClient(url, setup["researcher_key"])
         # Cases run in threads of their own: each prints under its name, and one crowd labels at a time (the
         # embedded SQLite takes one writer).
         self.local = threading.local()
         self.labelling = threading.Lock()
+
+    def connect(self, url: str, setup: dict[str, Any]) -> None:
+        from feedback_app.simulated import ApiClient
+
+        self.url = url
+        self.setup = setup
+        self.api = ApiClient(url, setup["researcher_key"])
 
     def say(self, text: str) -> None:
         print(f"[{getattr(self.local, 'case', '-')}] {text}", flush=True)
@@ -458,15 +463,27 @@ class Loop:
 
     # Labels
 
-    def label(self, project: int) -> dict[str, int]:
+    def labels(self, case: str) -> bool:
+        """Whether the case's rounds roll out and label (the oracle's learn from the environment's reward alone)."""
+        return case != "oracle"
+
+    def label(self, project: int, case: str, round_: int, spent: float) -> dict[str, Any]:
+        """The round's labels: the crowd labels the queue empty (`spent`: the case's annotator seconds so far)."""
+        return self.run_crowd(project)
+
+    def run_crowd(
+        self, project: int, teacher: dict[str, Any] | None = None, budget: float | None = None
+    ) -> dict[str, Any]:
+        """The crowd labels the project's queue empty, each member with `teacher`'s settings over its own, or until
+        their labels record `budget` seconds of annotator time."""
         from feedback_app.simulated import TeacherConfig, run_crowd
 
         members = [
-            (key, TeacherConfig.from_dict({k: v for k, v in member.items() if k != "name"}))
+            (key, TeacherConfig.from_dict({k: v for k, v in {**member, **(teacher or {})}.items() if k != "name"}))
             for key, member in zip(self.setup["crowd_keys"], self.crowd, strict=True)
         ]
         with self.labelling:
-            return run_crowd(self.url, project, members, time_model=self.time_model)
+            return run_crowd(self.url, project, members, time_model=self.time_model, max_seconds=budget)
 
     def strategies(self, project: int) -> dict[str, int]:
         """How many current comparisons were asked under each query strategy (as recorded on the labels)."""
@@ -484,8 +501,26 @@ class Loop:
     def snapshot(self, project: int, kind: str, name: str) -> int:
         return self.api.post(f"/api/projects/{project}/snapshots", {"name": name, "export_kind": kind})[1]["id"]
 
-    def judges(self, project: int, round_: int) -> dict[str, Any]:
-        rm = self.launch(
+    def judges(self, project: int, round_: int, case: str) -> dict[str, Any]:
+        """The round's reward model and PRM, trained on every label so far, and their figures."""
+        rm, prm = self.reward_model(project, round_), self.prm(project, round_)
+        figures: dict[str, Any] = {}
+        if self.test_pairs:
+            model = self.api.get(f"/api/projects/{project}/models/{rm['summary']['registered_model']}/")
+            accuracy = oracle_accuracy(model["path"], self.test_pairs)
+            figures = {"rm_oracle_accuracy": accuracy.pop("all"), "rm_oracle_accuracy_by_type": accuracy}
+        return {
+            **figures,
+            "reward_model": rm["summary"]["registered_model"],
+            "prm": prm["summary"]["registered_model"],
+            "rm_own_heldout_accuracy": (rm["summary"].get("metrics") or {}).get("accuracy"),
+            "rm_seconds": rm["summary"].get("train_seconds"),
+            "prm_seconds": prm["summary"].get("train_seconds"),
+        }
+
+    def reward_model(self, project: int, round_: int) -> dict[str, Any]:
+        """A reward-model ensemble trained on a snapshot of every comparison so far; its finished run."""
+        return self.launch(
             project,
             {
                 "kind": "reward_model",
@@ -503,7 +538,10 @@ class Loop:
                 },
             },
         )
-        prm = self.launch(
+
+    def prm(self, project: int, round_: int) -> dict[str, Any]:
+        """A PRM trained on a snapshot of every step label so far; its finished run."""
+        return self.launch(
             project,
             {
                 "kind": "prm",
@@ -517,39 +555,31 @@ class Loop:
                 },
             },
         )
-        figures: dict[str, Any] = {}
-        if self.test_pairs:
-            model = self.api.get(f"/api/projects/{project}/models/{rm['summary']['registered_model']}/")
-            accuracy = oracle_accuracy(model["path"], self.test_pairs)
-            figures = {"rm_oracle_accuracy": accuracy.pop("all"), "rm_oracle_accuracy_by_type": accuracy}
-        return {
-            **figures,
-            "reward_model": rm["summary"]["registered_model"],
-            "prm": prm["summary"]["registered_model"],
-            "rm_own_heldout_accuracy": (rm["summary"].get("metrics") or {}).get("accuracy"),
-            "rm_seconds": rm["summary"].get("train_seconds"),
-            "prm_seconds": prm["summary"].get("train_seconds"),
-        }
 
     # The policy
 
-    def train_policy(self, project: int, policy: int, round_: int, judges: dict[str, Any] | None) -> dict[str, Any]:
-        method = "ppo" if judges is None else self.args.method
-        # The starting policy of a later round is the last round's result, already evaluated on the same tasks.
+    def policy_run(self, method: str, policy: int, round_: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A policy run's request body and config, before its judges or snapshot: evaluated on the held-out tasks
+        (the base too in the first round; a later round starts from the last round's result, already evaluated)."""
         config: dict[str, Any] = {
             "seed": self.round_seed(round_),
             "eval_tasks": self.args.eval_tasks,
             "eval_samples": self.args.eval_samples,
             "eval_base": round_ == 0,
         }
-        body: dict[str, Any] = {"kind": method, "base_policy": policy, "review": {"enabled": False}}
-        iterations = {"max_steps": self.args.iterations, "save_steps": self.args.iterations}
+        if method in ("ppo", "nash_md"):
+            config.update(max_steps=self.args.iterations, save_steps=self.args.iterations)
         if method == "ppo":
-            config.update(
-                iterations,
-                rollouts_per_step=self.args.episodes,
-                selection_tasks=0,  # no environment signal picks the checkpoint: the last iteration is the result
-            )
+            # No environment signal picks the checkpoint: the last iteration is the result.
+            config.update(rollouts_per_step=self.args.episodes, selection_tasks=0)
+        return {"kind": method, "base_policy": policy, "review": {"enabled": False}}, config
+
+    def train_policy(
+        self, project: int, policy: int, round_: int, judges: dict[str, Any] | None, case: str
+    ) -> dict[str, Any]:
+        method = "ppo" if judges is None else self.args.method
+        body, config = self.policy_run(method, policy, round_)
+        if method == "ppo":
             if judges is None:
                 config["reward_source"] = "oracle"
             else:
@@ -560,7 +590,7 @@ class Loop:
             body["kind"] = "dpo"
             body["snapshot"] = self.snapshot(project, "preference", f"policy-preferences-r{round_}")
         else:  # Nash-MD against the reward model's P(a > b)
-            config.update(iterations, batch_size=self.args.episodes)
+            config.update(batch_size=self.args.episodes)
             body["judges"] = {"preference_model_path": judges["reward_model"]}
         body["config"] = {**config, **self.overrides(method)}
         run = self.launch(project, body)
@@ -589,21 +619,22 @@ class Loop:
             self.api.request("PATCH", f"/api/projects/{project}/", {"query_strategy": STRATEGY[case]})
         points: list[Point] = []
         base: dict[str, Any] = {}
-        labelled = {"comparison": 0, "step_items": 0, "seconds": 0.0}
+        labelled = {"comparison": 0, "step_items": 0, "intervention": 0, "seconds": 0.0}
         for round_ in range(self.args.rounds):
             started = time.monotonic()
             self.say(f"round {round_ + 1}/{self.args.rounds}")
             judges = None
-            if case != "oracle":
+            if self.labels(case):
                 summary = self.rollout(project, policy, round_, case)
                 self.say(f"    rollout: {json.dumps(summary.get('queued', {}))}")
-                crowd = self.label(project)
+                crowd = self.label(project, case, round_, labelled["seconds"])
                 self.say(f"    labelled in {crowd['seconds']:.0f} s: {json.dumps(crowd['total'])}")
                 labelled["comparison"] += crowd["total"].get("comparison", 0)
                 labelled["step_items"] += crowd["total"].get("items", 0) - crowd["total"].get("comparison", 0)
+                labelled["intervention"] += crowd["total"].get("intervention", 0)
                 labelled["seconds"] += crowd["total"].get("seconds", 0.0)
-                judges = self.judges(project, round_)
-            summary = self.train_policy(project, policy, round_, judges)
+                judges = self.judges(project, round_, case)
+            summary = self.train_policy(project, policy, round_, judges, case)
             metrics = summary.get("metrics") or {}
             base = base or metrics.get("base") or {}
             final = metrics.get("final") or {}
@@ -613,6 +644,7 @@ class Loop:
                     round=round_ + 1,
                     comparisons=labelled["comparison"],
                     step_items=labelled["step_items"],
+                    interventions=labelled["intervention"],
                     greedy=final.get("greedy_success", float("nan")),
                     greedy_stderr=final.get("greedy_stderr", float("nan")),
                     sampled=final.get("sampled_success", float("nan")),
@@ -620,9 +652,14 @@ class Loop:
                     policy_version=policy,
                     seconds=time.monotonic() - started,
                     annotator_minutes=labelled["seconds"] / 60,
-                    strategies=self.strategies(project) if case != "oracle" else {},
+                    strategies=self.strategies(project) if self.labels(case) else {},
                     judges=judges or {},
                     gains=success_gain({"base": base, "final": final}),
+                    per_task={
+                        decoding: final[f"{decoding}_per_task"]
+                        for decoding in ("greedy", "sampled")
+                        if f"{decoding}_per_task" in final
+                    },
                 )
             )
             self.say(f"    -> {describe(points[-1])}")
@@ -873,6 +910,42 @@ def plot(results: dict[str, tuple[dict[str, Any], list[Point]]], path: Path) -> 
         print(f"plot: {', '.join(map(str, svg_paths))} (no PNG: {exc})")
 
 
+def run_cases(loop: Loop, cases: list[str], policy_dir: Path, data_dir: Path) -> dict[str, tuple[dict, list[Point]]]:
+    """Start Tandem on a fresh `data_dir`, set up one project per case from `policy_dir`, and run `loop`'s cases at
+    once; each case's base-policy figures and rounds."""
+    args = loop.args
+    shutil.rmtree(data_dir, ignore_errors=True)
+    parallel = args.parallel or min(len(cases), os.cpu_count() or 1)
+    servers = Servers(data_dir, args.port or free_port(), concurrency=parallel)
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL"):
+        os.environ.pop(name, None)
+    # The base policy lies outside the project's own artifact folders: the bench shares its folder, as an operator
+    # shares a base model (TANDEM_SHARED_MODEL_ROOTS).
+    os.environ.update(
+        TANDEM_DATA_DIR=str(data_dir),
+        DJANGO_SETTINGS_MODULE="feedback_app.settings",
+        TANDEM_SHARED_MODEL_ROOTS=str(policy_dir.parent),
+    )
+    subprocess.run([sys.executable, "-m", "feedback_app.secret_key"], cwd=ROOT, env=servers.env(), check=True)
+    servers.manage("migrate", "--noinput", "-v", "0")
+    loop.connect(servers.url, set_up(args, cases, policy_dir, loop.crowd))
+    servers.start()
+    print(
+        f"Tandem at {servers.url} (data {data_dir}); cases {', '.join(cases)} at once on {parallel} worker processes",
+        flush=True,
+    )
+    # Every case submits its runs as it goes; the worker's processes take them in turn, so a case that is labelling
+    # or scoring leaves its process to another case's next run.
+    pool = ThreadPoolExecutor(max_workers=len(cases))
+    try:
+        running = {case: pool.submit(loop.run_case, case) for case in cases}
+        return {case: future.result() for case, future in running.items()}
+    finally:
+        # A failed case stops the servers at once; the other cases' next API calls then fail and end their threads.
+        servers.stop()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 def find_chromium() -> str | None:
     """The Chromium (or Chrome) on PATH, by the names Debian and others install it under."""
     return next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
@@ -927,43 +1000,11 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     policy_dir = base_policy(args, work)
     started = time.monotonic()  # the loop's wall time: a first run's bootstrap (2-3 minutes, kept) is not in it
-    data_dir = work / "data"
-    shutil.rmtree(data_dir, ignore_errors=True)
-    parallel = args.parallel or min(len(cases), os.cpu_count() or 1)
-    servers = Servers(data_dir, args.port or free_port(), concurrency=parallel)
-    for name in ("DATABASE_URL", "CELERY_BROKER_URL"):
-        os.environ.pop(name, None)
-    # The base policy lies outside the project's own artifact folders: the bench shares its folder, as an operator
-    # shares a base model (TANDEM_SHARED_MODEL_ROOTS).
-    os.environ.update(
-        TANDEM_DATA_DIR=str(data_dir),
-        DJANGO_SETTINGS_MODULE="feedback_app.settings",
-        TANDEM_SHARED_MODEL_ROOTS=str(policy_dir.parent),
-    )
-    subprocess.run([sys.executable, "-m", "feedback_app.secret_key"], cwd=ROOT, env=servers.env(), check=True)
-    servers.manage("migrate", "--noinput", "-v", "0")
-    setup = set_up(args, cases, policy_dir, crowd)
     scored = ENVIRONMENTS[args.env].oracle_pairs and set(cases) - {"oracle"}
     test_pairs = oracle_test_pairs(policy_dir, args.test_tasks, args.seed) if scored else []
     if test_pairs:
         print(f"{len(test_pairs)} oracle-ordered test pairs score every reward model", flush=True)
-    servers.start()
-    print(
-        f"Tandem at {servers.url} (data {data_dir}); cases {', '.join(cases)} at once on {parallel} worker "
-        f"processes; method {args.method}",
-        flush=True,
-    )
-    # Every case submits its runs as it goes; the worker's processes take them in turn, so a case that is labelling
-    # or scoring leaves its process to another case's next run.
-    pool = ThreadPoolExecutor(max_workers=len(cases))
-    try:
-        loop = Loop(args, servers.url, setup, crowd, test_pairs)
-        running = {case: pool.submit(loop.run_case, case) for case in cases}
-        results = {case: future.result() for case, future in running.items()}
-    finally:
-        # A failed case stops the servers at once; the other cases' next API calls then fail and end their threads.
-        servers.stop()
-        pool.shutdown(wait=False, cancel_futures=True)
+    results = run_cases(Loop(args, crowd, test_pairs), cases, policy_dir, work / "data")
     verdict = report(results, args)
     wall = time.monotonic() - started
     print(f"\nwall time {wall / 60:.1f} min (set-up, servers and every case; not the base policy's bootstrap)")

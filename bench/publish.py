@@ -37,6 +37,7 @@ TITLES = {
     "annotate_load": "Annotation throughput",
     "dpo_balance": "Step DPO's pair balancing",
     "export_bench": "Export throughput",
+    "feedback_types": "Feedback types per annotator-minute",
     "fuzz_api": "REST API fuzzing",
     "import_bench": "Trajectory import throughput",
     "judge_oracle": "Judges against the oracle",
