@@ -4,7 +4,7 @@
   typed helpers of `feedback_app/env.py`, with its type and default, and what `.env.example` says of it.
 - ``benchmarks/<name>.md``: one page per result file in ``docs/benchmarks/results/``, which ``bench/publish.py``
   writes from a bench's own JSON output. The page shows the command that produced it, the machine and date of that
-  run, and its figures as tables; nothing on it is typed by hand.
+  run, its figures as tables and the plots it drew as SVG; nothing on it is typed by hand.
 
 Neither imports Django or the product: the settings module is read as source, the results as JSON.
 """
@@ -22,6 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = ROOT / "feedback_app" / "settings.py"
 ENV_EXAMPLE = ROOT / ".env.example"
 RESULTS = ROOT / "docs" / "benchmarks" / "results"
+# A bench's figures under this key are kept in its result file but not shown (each run's own records); a figure whose
+# key (or a key above it) ends in SVG is a plot the bench drew, shown as it is.
+RAW = "raw"
+SVG = "_svg"
 HELPERS = {
     "env_str": "text",
     "env_bool": "boolean",
@@ -152,8 +156,13 @@ def benchmark_page(name: str, result: dict[str, Any]) -> str:
         "from the bench's own output.",
         "",
     ]
-    scalars = {key: value for key, value in _flatten(figures).items() if not isinstance(value, list)}
-    tables = {key: value for key, value in _flatten(figures).items() if _is_table(value)}
+    flat = {key: value for key, value in _flatten(figures).items() if key.split(".")[0] != RAW}
+    plots = {key: value for key, value in flat.items() if any(part.endswith(SVG) for part in key.split("."))}
+    scalars = {key: value for key, value in flat.items() if not isinstance(value, list) and key not in plots}
+    tables = {key: value for key, value in flat.items() if _is_table(value)}
+    if plots:
+        out += ["## Plots", ""]
+        out += [f'<div class="bench-plot">{svg}</div>\n' for svg in plots.values()]
     if scalars:
         out += ["## Figures", "", "| Figure | Value |", "| --- | --- |"]
         out += [f"| `{key}` | {_cell(value, key)} |" for key, value in scalars.items()]
@@ -163,6 +172,8 @@ def benchmark_page(name: str, result: dict[str, Any]) -> str:
         out += [f"## `{key}`", "", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
         out += ["| " + " | ".join(_cell(row.get(column, ""), column) for column in columns) + " |" for row in rows]
         out.append("")
+    if RAW in figures:
+        out += [f"Each run's own records are in the file's `figures.{RAW}`, and are not shown here.", ""]
     return "\n".join(out)
 
 

@@ -84,6 +84,19 @@ def test_a_result_s_nested_figures_become_rows_and_its_lists_of_records_tables()
     assert "| actions | seconds |" in page and "| 50 | 0.0153 |" in page
 
 
+def test_a_result_s_plots_are_drawn_and_its_raw_records_left_in_the_file():
+    svg = '<svg xmlns="http://www.w3.org/2000/svg"><polyline points="0,0 1,1"/></svg>'
+    result = {
+        "title": "T",
+        "about": "Measures x.",
+        "run": {"command": "c", "date": "d", "machine": "m", "commit": "abc"},
+        "figures": {"plot_svg": {"sampled": svg}, "table": [{"arm": "mix"}], "raw": {"0": [{"per_task": [1, 0]}]}},
+    }
+    page = hooks.benchmark_page("t", result)
+    assert f'<div class="bench-plot">{svg}</div>' in page and "`plot_svg.sampled`" not in page
+    assert "| mix |" in page and "per_task" not in page and "`figures.raw`" in page
+
+
 def test_a_variant_s_page_gives_the_command_that_publishes_it_again_and_bytes_in_gib():
     result = {
         "bench": "memory_bench",
