@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -231,25 +233,57 @@ def test_a_token_classifier_prm_trains_on_the_stepwise_export(download, policy_t
     assert any(not after[name].detach().equal(value) for name, value in before.items())
 
 
-def test_the_data_guide_s_trl_snippet_runs_as_written(
-    client, labelled_project, researcher, tiny_policy_dir, tmp_path, monkeypatch
+GUIDE = Path(__file__).resolve().parents[3] / "docs" / "data.md"
+DOWNLOAD = re.compile(r'-o (\S+)\s+"http://127\.0\.0\.1:8000(/api/projects/1/exports/(\w+)[^"]*)"')
+
+
+def export_snippets() -> list[tuple[str, str, str, str]]:
+    """(kind, file, URL path, block) for every python block of the data guide that opens with a curl download of an
+    export: its leading comment lines, joined, name the file and the URL."""
+    snippets = []
+    for block in re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S):
+        header = " ".join(line.lstrip("#").strip().rstrip("\\") for line in block.splitlines() if line.startswith("#"))
+        if header.startswith("curl ") and (download := DOWNLOAD.search(header)):
+            file, url, kind = download.groups()
+            snippets.append((kind, file, url, block))
+    return snippets
+
+
+def rows_in(path: Path) -> int:
+    """How many rows a downloaded export holds: non-blank lines of JSON Lines, or the Parquet footer's count."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_metadata(path).num_rows
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def test_the_data_guide_has_a_run_snippet_for_each_kind_trl_trains_on():
+    """Every kind TRL trains on as it is has a snippet the test below runs; `raw` has one for analysis."""
+    kinds = [kind for kind, *_ in export_snippets()]
+    assert {"preference", "step_preference", "unpaired", "sft", "critiques", "raw"} <= set(kinds)
+    assert not {"stepwise", "returns"} & set(kinds), "TRL has no trainer for these kinds"
+
+
+@pytest.mark.parametrize(
+    ("kind", "file", "url", "snippet"), [pytest.param(*snippet, id=snippet[0]) for snippet in export_snippets()]
+)
+def test_the_data_guide_s_export_snippets_run_as_written(
+    client, labelled_project, researcher, tiny_policy_dir, tmp_path, monkeypatch, kind, file, url, snippet
 ):
-    """The data guide's example, character for character: the file its curl line names, then the snippet itself in a
-    folder where ``path/to/policy`` is a tiny saved policy. Its trainers run with TRL's own defaults."""
-    import re
+    """A data-guide snippet, character for character: the file its curl line names, downloaded from a project with
+    labels of every kind, then the snippet itself in a folder where ``path/to/policy`` is a tiny saved policy. An
+    empty download fails (an empty file trains nothing). Each trainer the snippet builds must take at least one step
+    with a finite loss under TRL's own defaults."""
     import shutil
-    from pathlib import Path
 
     from transformers import Trainer
 
-    guide = (Path(__file__).resolve().parents[3] / "docs" / "data.md").read_text()
-    snippet = next(block for block in re.findall(r"```python\n(.*?)```", guide, re.S) if "DPOTrainer" in block)
-    url = re.search(r'"http://127\.0\.0\.1:8000(/api/[^"]+)"', snippet).group(1)
-    assert url.startswith("/api/projects/1/")
     client.force_login(researcher)
     response = client.get(url.replace("/projects/1/", f"/projects/{labelled_project.pk}/"))
     assert response.status_code == 200
-    (tmp_path / "prefs.jsonl").write_bytes(b"".join(response.streaming_content))
+    (tmp_path / file).write_bytes(b"".join(response.streaming_content))
+    assert rows_in(tmp_path / file) >= 1, f"the {kind} export the snippet downloads is empty"
     shutil.copytree(tiny_policy_dir, tmp_path / "path" / "to" / "policy")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.chdir(tmp_path)
@@ -258,13 +292,12 @@ def test_the_data_guide_s_trl_snippet_runs_as_written(
 
     def recording_train(self, *args, **kwargs):
         output = train(self, *args, **kwargs)
-        losses = [entry["loss"] for entry in self.state.log_history if "loss" in entry]
-        trained[type(self).__name__] = (self.state.global_step, output.training_loss, losses)
+        trained[type(self).__name__] = (self.state.global_step, output.training_loss)
         return output
 
     monkeypatch.setattr(Trainer, "train", recording_train)
     exec(compile(snippet, "docs/data.md", "exec"), {})
 
-    assert set(trained) == {"RewardTrainer", "DPOTrainer"}
-    for steps, loss, _ in trained.values():
-        assert steps >= 1 and math.isfinite(loss)
+    assert set(trained) == set(re.findall(r"\b(\w+Trainer)\(", snippet))
+    for name, (steps, loss) in trained.items():
+        assert steps >= 1 and math.isfinite(loss), f"{name}: {steps} steps, loss {loss}"
