@@ -43,6 +43,7 @@ from feedback_app.models.trajectories import PolicyKind, TaskSplit
 from reward_models.common import CHECKPOINT_DIR, ConfigError, config_errors, config_from_dict
 from training import data_checks
 from training.judges import LaunchError, default_base_policy, json_safe
+from training.rollouts import RolloutConfig, create_rollout_run
 from training.runs import RunRecorder
 
 # Settings Tandem fills in itself from the run and the project; a launch may not set them.
@@ -316,7 +317,8 @@ def _data(run: TrainingRun, trainer: Trainer, config: Any, errors: dict[str, str
 
 
 def run_policy_training(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
-    """The Celery task's body: verify the snapshot, train, register the new version, send it to review."""
+    """The Celery task's body: verify the snapshot, train, register the new version and create its review rollout
+    run (`training.tasks.train_policy` sends it to the worker)."""
     if run.snapshot is not None and not verify_snapshot(run.snapshot):
         raise RuntimeError(
             f"snapshot {run.snapshot.name!r}: the file {snapshot_file(run.snapshot)} no longer matches its hash "
@@ -387,11 +389,9 @@ def _success_evaluations(run: TrainingRun, policy: PolicyVersion, figures: Mappi
 
 
 def start_review(run: TrainingRun, version: PolicyVersion) -> TrainingRun | None:
-    """Queue the rollout of `version` on the project's review tasks that will send comparisons against its parent
-    to the annotators; None when the launch turned review off or the project has no review tasks. Idempotent."""
-    from training.rollouts import RolloutConfig, create_rollout_run
-    from training.tasks import rollout
-
+    """The rollout run of `version` on the project's review tasks that will send comparisons against its parent to
+    the annotators (the training task sends it to the worker); None when the launch turned review off or the project
+    has no review tasks. Idempotent."""
     options = ReviewOptions(**run.inputs.get("review", {}))
     if not options.enabled:
         return None
@@ -410,7 +410,6 @@ def start_review(run: TrainingRun, version: PolicyVersion) -> TrainingRun | None
     )
     review_run = create_rollout_run(run.project, version, config, created_by=run.created_by)
     TrainingRun.objects.filter(pk=review_run.pk).update(inputs={"review_of": run.pk})
-    rollout.delay_on_commit(review_run.pk)
     return review_run
 
 

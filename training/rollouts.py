@@ -1,8 +1,10 @@
 """Rollout runs: a policy version plays N tasks × K samples, batched across episodes, and the trajectories land in
-the database in one transaction."""
+the database in one transaction. A review rollout of a new version then goes back to the annotators: comparisons
+against its parent on the same review tasks, and its mean reward-model score beside the parent's."""
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -10,8 +12,21 @@ from typing import Any
 
 from django.db import transaction
 
-from feedback_app.models import PolicyVersion, Project, RunKind, Step, Task, TrainingRun, Trajectory
-from feedback_app.models.trajectories import TaskSplit
+from feedback_app.exports.conversation import fetch_conversations
+from feedback_app.models import (
+    Evaluation,
+    JudgeKind,
+    PolicyVersion,
+    Project,
+    RegisteredModel,
+    RunKind,
+    Step,
+    Task,
+    TrainingRun,
+    Trajectory,
+)
+from feedback_app.models.trajectories import TaskSplit, TrajectorySource
+from feedback_app.queue import REVIEW_STRATEGY, enqueue_comparisons
 from reward_models.envs import load_environment
 from reward_models.rollout import Episode, rollout
 from training.policies import policy_for
@@ -103,8 +118,6 @@ def run_rollout(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
     summary = _summary(run)
     recorder.log(f"stored {summary['trajectories']} trajectories, success rate {summary['success_rate']:.2f}")
     if config.compare_with_parent:
-        from training.review import send_to_review
-
         summary["review"] = send_to_review(run, tasks, config, recorder)
     if config.queue_comparisons or config.queue_step_labels:
         summary["queued"] = queue_for_labels(run, config, recorder)
@@ -272,3 +285,96 @@ def _summary(run: TrainingRun) -> dict[str, Any]:
         "success_rate": sum(bool(success) for success, _ in rows) / n if n else 0.0,
         "mean_length": sum(length for _, length in rows) / n if n else 0.0,
     }
+
+
+# Review: a new version's rollout on the review tasks goes back to the annotators against its parent.
+
+
+def send_to_review(
+    run: TrainingRun, tasks: list[Task], config: RolloutConfig, recorder: RunRecorder
+) -> dict[str, Any]:
+    """After a review rollout of a version: make sure its parent has trajectories on the same tasks (rolling the
+    parent out, under this run, where it has none), queue one comparison per new trajectory against a parent
+    trajectory of its task, and record both versions' mean reward-model score. Safe to repeat."""
+    version = run.base_policy
+    parent = version.parent
+    if parent is None:
+        recorder.log(f"{version.name} has no parent version: nothing to compare against")
+        return {"comparisons": 0}
+    new = list(Trajectory.objects.filter(rollout_run=run, policy_version=version).order_by("task_id", "id"))
+    theirs = _parent_trajectories(parent, tasks)
+    missing = [task for task in tasks if not theirs[task.pk]]
+    if missing:
+        recorder.log(f"rolling out the parent {parent.name} on {len(missing)} review tasks it has not played")
+        for trajectory in roll_out(run, parent, missing, config, recorder, sample_offset=config.samples_per_task):
+            theirs[trajectory.task_id].append(trajectory)
+    pairs = []
+    for index, trajectory in enumerate(new):
+        candidates = theirs[trajectory.task_id]
+        pairs.append((trajectory, candidates[index % len(candidates)]))
+    queued = enqueue_comparisons(run.project, pairs, priority=config.review_priority, query_strategy=REVIEW_STRATEGY)
+    recorder.log(f"queued {len(queued)} comparisons of {version.name} against {parent.name} for review")
+    scores = record_reward_model_scores(run, version, parent, new, [t for ts in theirs.values() for t in ts], recorder)
+    return {"comparisons": len(queued), "pairs": len(pairs), **scores}
+
+
+def _parent_trajectories(parent: PolicyVersion, tasks: list[Task]) -> dict[int, list[Trajectory]]:
+    """The parent's own rollouts on `tasks` (not interventions' branches), by task."""
+    found: dict[int, list[Trajectory]] = {task.pk: [] for task in tasks}
+    rows = Trajectory.objects.filter(
+        policy_version=parent, task__in=tasks, source=TrajectorySource.POLICY, parent__isnull=True
+    ).order_by("task_id", "id")
+    for trajectory in rows:
+        found[trajectory.task_id].append(trajectory)
+    return found
+
+
+def record_reward_model_scores(
+    run: TrainingRun,
+    version: PolicyVersion,
+    parent: PolicyVersion,
+    new: list[Trajectory],
+    old: list[Trajectory],
+    recorder: RunRecorder,
+) -> dict[str, float]:
+    """Score both versions' review trajectories with the project's newest reward model and store each mean as an
+    `rm_score` evaluation. Without a reward model there is nothing to record."""
+    from reward_models.reward import load_reward_model
+
+    judge = (
+        RegisteredModel.objects.filter(project=run.project, kind=JudgeKind.REWARD_MODEL)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    if judge is None or not new or not old:
+        return {}
+    model = load_reward_model(judge.path)
+    conversations = fetch_conversations([t.pk for t in [*new, *old]])
+    figures: dict[str, float] = {}
+    evaluations = []
+    for policy, trajectories in ((version, new), (parent, old)):
+        messages = [conversations[t.pk].messages for t in trajectories]
+        rewards, _ = model.score([m[:2] for m in messages], [m[2:] for m in messages])
+        mean = sum(rewards) / len(rewards)
+        spread = math.sqrt(sum((r - mean) ** 2 for r in rewards) / max(len(rewards) - 1, 1))
+        evaluations.append(
+            Evaluation(
+                project=run.project,
+                policy_version=policy,
+                run=run,
+                name="rm_score",
+                value=mean,
+                stderr=spread / math.sqrt(len(rewards)),
+                n=len(rewards),
+                details={"reward_model": judge.pk, "tasks": sorted({t.task_id for t in trajectories})},
+            )
+        )
+        figures["rm_score_new" if policy == version else "rm_score_parent"] = mean
+    with transaction.atomic():
+        Evaluation.objects.filter(run=run, name="rm_score").delete()
+        Evaluation.objects.bulk_create(evaluations)
+    recorder.log(
+        f"reward model {judge.name}: {version.name} {figures['rm_score_new']:.3f}, "
+        f"{parent.name} {figures['rm_score_parent']:.3f}"
+    )
+    return figures

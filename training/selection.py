@@ -13,7 +13,7 @@ out: the `preference` export drops such pairs, so a label on one would never be 
 
 Both reward-model strategies read the trajectories exactly as the reward model was trained on them: the `preference`
 export's conversation (`feedback_app.exports.conversation`), the instruction and first observation as the prompt and
-the rest as the completion, as `training.review` and PPO's reward side score them too.
+the rest as the completion, as review rollouts (`training.rollouts`) and PPO's reward side score them too.
 
 `queue_selected` is what the queue uses. It records on every item the strategy that really chose it: without a
 registered reward model, ``disagreement`` and ``uncertainty`` fall back to ``random``; a one-member reward model has

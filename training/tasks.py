@@ -62,7 +62,14 @@ def train_policy(self, run_id: int) -> str | None:
     cancel flag is read at every optimiser step."""
     from training.policy_runs import run_policy_training
 
-    return _execute(self, run_id, run_policy_training, lambda pk: RunRecorder(pk, check_interval=0.0))
+    def train_and_send_review(run, recorder: RunRecorder) -> dict:
+        summary = run_policy_training(run, recorder)
+        if summary.get("review_run") is not None:
+            # A repeated send (a run taken up again) is harmless: a finished or running rollout is not run twice.
+            rollout.delay_on_commit(summary["review_run"])
+        return summary
+
+    return _execute(self, run_id, train_and_send_review, lambda pk: RunRecorder(pk, check_interval=0.0))
 
 
 @shared_task(

@@ -15,6 +15,7 @@ from feedback_app.api.filtering import TandemFilterSet
 from feedback_app.api.schema import ErrorSerializer
 from feedback_app.api.serializers import PolicyVersionSerializer, ProjectSerializer, TaskSerializer
 from feedback_app.models import Membership, PolicyVersion, Project, Role, Task
+from feedback_app.win_rates import human_win_rates
 
 # Settings researchers may change through PATCH; every other project setting is for admins.
 RESEARCHER_SETTINGS = {"query_strategy"}
@@ -149,8 +150,6 @@ class PolicyVersionViewSet(ProjectScopedMixin, viewsets.ModelViewSet):
     def get_serializer(self, *args, **kwargs):
         if kwargs.get("many") and args:
             # A page of versions gets every win rate from one query rather than one query per version.
-            from training.review import human_win_rates
-
             versions = list(args[0])
             kwargs.setdefault("context", self.get_serializer_context())["win_rates"] = human_win_rates(versions)
             args = (versions, *args[1:])

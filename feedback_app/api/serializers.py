@@ -38,6 +38,7 @@ from feedback_app.models import (
 )
 from feedback_app.models.projects import QueryStrategy
 from feedback_app.models.trajectories import PolicyKind
+from feedback_app.win_rates import human_win_rate
 
 RESEARCHERS_ONLY = " Researchers and admins only: annotators do not get this field."
 
@@ -192,8 +193,6 @@ class PolicyVersionSerializer(TandemModelSerializer):
 
     @extend_schema_field(WinRateSerializer(allow_null=True))
     def get_human_win_rate(self, version: PolicyVersion) -> dict | None:
-        from training.review import human_win_rate
-
         known = self.context.get("win_rates", {})
         return known[version.pk] if version.pk in known else human_win_rate(version)
 

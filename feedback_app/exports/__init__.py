@@ -6,8 +6,9 @@
     snapshot = create_snapshot(project, "preference", filters, user=user, name="rm-data-v1")
 
 Modules: `filters` (what a request may ask, validated), `aggregate` (several annotators into one verdict),
-`conversation` (trajectories as chat turns), `rows`, `raw` and `returns` (one row generator per kind), `schemas` (the
-columns), `stream` (JSONL and Parquet bytes), `snapshots` (frozen, hashed exports).
+`conversation` (trajectories as chat turns), `rows`, `raw` and `returns` (one row generator per kind), `kinds` (which
+generator each kind uses), `schemas` (the columns), `stream` (JSONL and Parquet bytes), `snapshots` (frozen,
+hashed exports).
 """
 
 from feedback_app.exports.filters import (
@@ -21,7 +22,8 @@ from feedback_app.exports.filters import (
     Style,
     Ties,
 )
-from feedback_app.exports.rows import ExportRow, export_rows
+from feedback_app.exports.kinds import export_rows
+from feedback_app.exports.rows import ExportRow
 from feedback_app.exports.snapshots import (
     DATASETS_BUILDER,
     create_snapshot,

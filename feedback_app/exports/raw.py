@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from feedback_app.exports.filters import ExportFilters
+from feedback_app.exports.rows import CHUNK_ROWS, ExportRow, label_queryset
 from feedback_app.models import Comparison, Critique, Intervention, LabelKind, Project, Rating, StepLabel
 
 COMMON_PATHS = {
@@ -99,8 +100,6 @@ RAW_COLUMNS = [
 
 def raw_rows(project: Project, filters: ExportFilters):
     """Every revision of every label kind, kind by kind, in id order (see the module docstring)."""
-    from feedback_app.exports.rows import CHUNK_ROWS, ExportRow, label_queryset
-
     empty = dict.fromkeys(RAW_COLUMNS)
     for kind, model, trajectory_paths, paths in KIND_SOURCES:
         labels = label_queryset(model, project, filters, trajectory_paths, current=False)

@@ -27,7 +27,7 @@ from feedback_app.exports.conversation import (
     transcript,
     with_conversations,
 )
-from feedback_app.exports.filters import Aggregation, ExportFilters, ExportKind, Interventions, Neutral, Style, Ties
+from feedback_app.exports.filters import Aggregation, ExportFilters, Interventions, Neutral, Style, Ties
 from feedback_app.models import Comparison, Critique, Intervention, Project, Rating, StepLabel, Trajectory
 from feedback_app.models.trajectories import TrajectorySource
 from reward_models.policy.turns import Message
@@ -78,25 +78,6 @@ class ExportRow:
         if self._values is None:
             self._values = {**self._head(), **(self.tail or {})}
         return self._values
-
-
-def export_rows(project: Project, kind: ExportKind, filters: ExportFilters) -> Iterator[ExportRow]:
-    """The rows of one export kind, in a deterministic order (the same database state gives the same rows)."""
-    from feedback_app.exports.raw import raw_rows
-    from feedback_app.exports.returns import returns_rows
-
-    builders: dict[ExportKind, Callable[[Project, ExportFilters], Iterator[ExportRow]]] = {
-        ExportKind.PREFERENCE: preference_rows,
-        ExportKind.STEP_PREFERENCE: step_preference_rows,
-        ExportKind.STEPWISE: stepwise_rows,
-        ExportKind.UNPAIRED: unpaired_rows,
-        ExportKind.SFT: sft_rows,
-        ExportKind.CRITIQUES: critique_rows,
-        ExportKind.RAW: raw_rows,
-        ExportKind.RETURNS: returns_rows,
-    }
-    filters.check_kind(kind)
-    return builders[kind](project, filters)
 
 
 def label_queryset(

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from feedback_app.exports.filters import ExportFilters, ExportFormat, ExportKind
-from feedback_app.exports.rows import ExportRow, export_rows
+from feedback_app.exports.kinds import export_rows
+from feedback_app.exports.rows import ExportRow
 from feedback_app.exports.schemas import export_schema
 from feedback_app.models import Project
 

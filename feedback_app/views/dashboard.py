@@ -47,6 +47,7 @@ from feedback_app.models.projects import QueryStrategy
 from feedback_app.models.queue import AssignmentStatus, QueueItem
 from feedback_app.models.trajectories import TrajectorySource
 from feedback_app.views.history import LABEL_MODELS
+from feedback_app.win_rates import human_win_rates, version_comparison_counts
 
 LABEL_DAYS = 30
 THROUGHPUT_DAYS = 7
@@ -360,8 +361,6 @@ def _lineage(project, policies, judge_models, snapshots, runs) -> tuple[list[Nod
 @require_GET
 @login_required
 def leaderboard(request: HttpRequest, project_pk: int) -> HttpResponse:
-    from training.review import human_win_rates, version_comparison_counts
-
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
     policies = list(
         PolicyVersion.objects.filter(project=project).select_related("parent").order_by("created_at", "id")

@@ -54,6 +54,7 @@ from feedback_app.models import (
     TrainingRun,
 )
 from feedback_app.models.trajectories import PolicyKind
+from feedback_app.win_rates import human_win_rates
 from training.judges import LaunchError
 
 TEMPLATE = "feedback_app/training.html"
@@ -546,8 +547,6 @@ def _page(
     launch_errors: dict[str, str] | None = None,
     snapshot_errors: dict[str, str] | None = None,
 ) -> HttpResponse:
-    from training.review import human_win_rates
-
     evaluations: dict[int, list[Evaluation]] = defaultdict(list)
     for evaluation in Evaluation.objects.filter(project=project, policy_version__isnull=False).order_by("-id"):
         evaluations[evaluation.policy_version_id].append(evaluation)

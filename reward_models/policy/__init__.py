@@ -5,8 +5,9 @@ Importing this package does not import torch; ``LocalCausalLMPolicy`` and the bu
 
 from __future__ import annotations
 
-from reward_models.policy.base import Decision, Policy, load_policy
+from reward_models.policy.base import Decision, Policy
 from reward_models.policy.endpoint import EndpointError, EndpointUnavailable, OpenAIEndpointPolicy
+from reward_models.policy.loading import load_policy
 from reward_models.policy.local import LocalCausalLMPolicy
 from reward_models.policy.turns import Turn, TurnEncoding, encode_turn, format_decision, parse_decision, turn_messages
 

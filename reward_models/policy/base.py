@@ -110,28 +110,3 @@ class BatchedPolicy:
                 input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
                 attention_mask[row, width - len(ids) :] = 1
         return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
-
-
-def load_policy(spec: dict[str, Any]) -> Policy:
-    """A policy from a JSON-safe spec, as a PolicyVersion stores it.
-
-    ``{"kind": "local", "path": ..., "device": "cpu", "dtype": "float32"}`` loads a Hugging Face causal-LM directory;
-    ``{"kind": "endpoint", "base_url": ..., "model": ..., "api_key": None, "timeout": 60}`` talks to an
-    OpenAI-compatible server. Other keys are passed to the policy's constructor.
-    """
-    options = dict(spec)
-    kind = options.pop("kind", None)
-    if kind == "local":
-        from reward_models.policy.local import LocalCausalLMPolicy
-
-        if "path" not in options:
-            raise ValueError("policy spec of kind 'local' needs a 'path'")
-        return LocalCausalLMPolicy(**options)
-    if kind == "endpoint":
-        from reward_models.policy.endpoint import OpenAIEndpointPolicy
-
-        missing = [key for key in ("base_url", "model") if key not in options]
-        if missing:
-            raise ValueError(f"policy spec of kind 'endpoint' needs {', '.join(missing)}")
-        return OpenAIEndpointPolicy(**options)
-    raise ValueError(f"policy spec 'kind' must be 'local' or 'endpoint', got {kind!r}")

@@ -1,0 +1,130 @@
+"""The packages' layering: no import circle among the project's modules (function-level and type-checking imports
+count too, since they are the same dependency postponed), and `reward_models` stays free of Django and of the web
+and worker packages, so trainers run anywhere."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("feedback_app", "training", "reward_models")
+
+
+def modules(root: Path, packages: Iterable[str]) -> dict[str, Path]:
+    """Every module of `packages` under `root` by dotted name (a package by its own name), migrations left out."""
+    found = {}
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            parts = path.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The known modules `name` imports anywhere in its source: `from a.b import c` names a.b.c when that is a
+    module, else a.b; a module's own parent packages are left out (importing them is Python's doing, not a choice)."""
+    is_package = path.name == "__init__.py"
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            candidates = [f"{module}.{alias.name}" for alias in node.names] + [module]
+        else:
+            continue
+        for candidate in candidates:
+            while candidate and candidate not in known:
+                candidate = candidate.rpartition(".")[0]
+            if candidate and candidate != name and not name.startswith(candidate + "."):
+                targets.add(candidate)
+                break
+    return targets
+
+
+def import_graph(root: Path, packages: Iterable[str]) -> dict[str, set[str]]:
+    known = modules(root, packages)
+    return {name: imported(name, path, known) for name, path in known.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import one another, directly or through others (Tarjan's strongly connected
+    components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_no_module_of_the_project_imports_itself_back_through_others():
+    graph = import_graph(ROOT, PACKAGES)
+    assert len(graph) > 100  # every package was read
+    assert circles(graph) == []
+
+
+def test_the_circle_check_finds_a_circle_made_of_function_level_imports(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.b import f\n")
+    (package / "b.py").write_text("def f():\n    from pkg import c\n")
+    (package / "c.py").write_text("from . import a\n")
+    (package / "d.py").write_text("import pkg.a\n")
+
+    graph = import_graph(tmp_path, ["pkg"])
+
+    assert graph["pkg.d"] == {"pkg.a"}
+    assert circles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+def test_reward_models_imports_neither_django_nor_the_web_and_worker_packages():
+    offenders = {}
+    for name, path in modules(ROOT, ["reward_models"]).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            bad = [n for n in names if n.split(".")[0] in ("django", "rest_framework", "celery", *PACKAGES[:2])]
+            if bad:
+                offenders.setdefault(name, []).extend(bad)
+    assert offenders == {}
