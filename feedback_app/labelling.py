@@ -38,6 +38,7 @@ from feedback_app.models.queue import AssignmentStatus
 from feedback_app.rows import Rows, fetch_one
 from reward_models.conversation import message_tool_calls
 from reward_models.envs.base import describe_message, message_action
+from training import launch
 
 
 @cache
@@ -347,7 +348,6 @@ def intervene(
     anything is stored; the continuation runs on the rollouts queue once the transaction commits.
     """
     from feedback_app.interventions import turn_message, validate_correction
-    from training.tasks import continue_intervention
 
     _check_trajectory_label(user, trajectory, LabelKind.INTERVENTION, assignment)
     if (earlier := _by_token(Intervention, user, client_token)) is not None:
@@ -397,7 +397,7 @@ def intervene(
         changes=values,
     )
     if stored.created:
-        continue_intervention.delay_on_commit(stored.label.pk)
+        launch.send_continuation(stored.label.pk)
     return stored
 
 
@@ -411,9 +411,7 @@ def edit_label(user, label: LabelBase, **changes) -> LabelBase:
     except StaleRevision as exc:
         raise ValidationError({"revision": "This label was changed since you opened it; reload to see it."}) from exc
     if isinstance(new, Intervention):
-        from training.tasks import continue_intervention
-
-        continue_intervention.delay_on_commit(new.pk)
+        launch.send_continuation(new.pk)
     return new
 
 

@@ -6,9 +6,8 @@ ones Tandem fills in itself (the snapshot file, the base weights, the run direct
 models' directories). A new setting in a trainer therefore appears on the dashboard without touching a template. A
 posted value equal to its default is left out of the run's config, so the config records what the researcher chose.
 
-Every launch goes through the same create functions as the REST API (`training.judges.create_judge_run`,
-`training.policy_runs.create_policy_run`, `training.rollouts.create_rollout_run`), so the checks are the same and a
-bad launch raises `LaunchError` naming each field with the names the form's inputs carry: ``snapshot``,
+Every launch goes through the same create functions as the REST API (`training.launch`), so the checks are the same
+and a bad launch raises `LaunchError` naming each field with the names the form's inputs carry: ``snapshot``,
 ``base_policy``, ``judges.<setting>``, ``config.<setting>``, ``review.<option>`` and ``new_snapshot.<filter>``.
 
     >>> form = run_form("ppo")
@@ -54,13 +53,11 @@ from feedback_app.models import (
 from feedback_app.models.trajectories import TrajectorySource
 from reward_models.common import JudgeConfig, config_errors, config_from_dict
 from reward_models.finetune.common import PolicyTrainConfig
-from training import judges as judge_runs
-from training import policy_runs
-from training.judges import LaunchError
-from training.rollouts import RolloutConfig, create_rollout_run
+from training import launch
+from training.launch import LaunchError, RolloutConfig
 
 # In the order of the loop: judges from labels, the policy from labels or judges, then rollouts of a version.
-LAUNCH_KINDS: tuple[str, ...] = (*judge_runs.JUDGE_RUN_KINDS, *policy_runs.POLICY_RUN_KINDS, RunKind.ROLLOUT)
+LAUNCH_KINDS: tuple[str, ...] = (*launch.JUDGE_RUN_KINDS, *launch.POLICY_RUN_KINDS, RunKind.ROLLOUT)
 
 
 @dataclass(frozen=True)
@@ -175,18 +172,18 @@ class RunForm:
 @cache
 def run_form(kind: str) -> RunForm:
     """The form of a launchable run kind. Raises `LaunchError` for any other kind."""
-    if kind in judge_runs.PIPELINES:
-        pipeline = judge_runs.PIPELINES[kind]
+    if kind in launch.PIPELINES:
+        pipeline = launch.PIPELINES[kind]
         config_class, _ = pipeline.load()
         judge_inputs = pipeline.judge_inputs or {}
-        managed = {*judge_runs.MANAGED_SETTINGS, *judge_inputs}
+        managed = {*launch.JUDGE_MANAGED_SETTINGS, *judge_inputs}
         choices = tuple(JudgeChoice(setting, (kind_,), False) for setting, kind_ in judge_inputs.items())
         return RunForm(kind, "judge", pipeline.export_kinds, choices, _settings(config_class, managed, JudgeConfig))
-    if kind in policy_runs.TRAINERS:
-        trainer = policy_runs.TRAINERS[kind]
+    if kind in launch.TRAINERS:
+        trainer = launch.TRAINERS[kind]
         config_class, _ = trainer.load()
         implied_by_snapshot = {name for implied in trainer.export_kinds.values() for name in implied}
-        managed = {*policy_runs.MANAGED_SETTINGS, *trainer.judge_inputs, *trainer.implied, *implied_by_snapshot}
+        managed = {*launch.POLICY_MANAGED_SETTINGS, *trainer.judge_inputs, *trainer.implied, *implied_by_snapshot}
         choices = tuple(
             JudgeChoice(setting, tuple(kinds), setting in trainer.required_judges)
             for setting, kinds in trainer.judge_inputs.items()
@@ -373,18 +370,18 @@ def launch_run(
             if made is not None:
                 snapshot_file(made).unlink(missing_ok=True)
             raise LaunchError(errors)
-        _task(form).delay_on_commit(run.pk)
+        launch.send(run)
     return run
 
 
 def _create(project, form: RunForm, snapshot, base_policy, base_model, judges, config, review, user) -> TrainingRun:
     if form.family == "judge":
-        return judge_runs.create_judge_run(
+        return launch.create_judge_run(
             project, form.kind, snapshot=snapshot, base_policy=base_policy, base_model=base_model, judges=judges,
             config=config, created_by=user,
         )  # fmt: skip
     if form.family == "policy":
-        return policy_runs.create_policy_run(
+        return launch.create_policy_run(
             project, form.kind, snapshot=snapshot, base_policy=base_policy, judges=judges, config=config,
             review=review, created_by=user,
         )  # fmt: skip
@@ -408,13 +405,7 @@ def _create_rollout(project: Project, policy: PolicyVersion | None, values: Mapp
     )
     if errors:
         raise LaunchError(errors)
-    return create_rollout_run(project, policy, config_from_dict(RolloutConfig, values), created_by=user)
-
-
-def _task(form: RunForm):
-    from training.tasks import rollout, train_judge, train_policy
-
-    return {"judge": train_judge, "policy": train_policy, "rollout": rollout}[form.family]
+    return launch.create_rollout_run(project, policy, config_from_dict(RolloutConfig, values), created_by=user)
 
 
 def rerun(run: TrainingRun, *, created_by=None) -> TrainingRun:

@@ -1,6 +1,7 @@
 """The packages' layering: no import circle among the project's modules (function-level and type-checking imports
-count too, since they are the same dependency postponed), and `reward_models` stays free of Django and of the web
-and worker packages, so trainers run anywhere."""
+count too, since they are the same dependency postponed); the web side reaches the training side through
+`training.launch` alone; and `reward_models` stays free of Django and of the web and worker packages, so trainers
+run anywhere."""
 
 from __future__ import annotations
 
@@ -96,6 +97,19 @@ def test_no_module_of_the_project_imports_itself_back_through_others():
     graph = import_graph(ROOT, PACKAGES)
     assert len(graph) > 100  # every package was read
     assert circles(graph) == []
+
+
+def test_feedback_app_reaches_training_through_training_launch_only():
+    graph = import_graph(ROOT, PACKAGES)
+    crossings = {
+        (name, target)
+        for name, targets in graph.items()
+        if name.startswith("feedback_app")
+        for target in targets
+        if target.startswith("training")
+    }
+    assert crossings  # the web side does launch runs
+    assert {target for _, target in crossings} == {"training.launch"}, sorted(crossings)
 
 
 def test_the_circle_check_finds_a_circle_made_of_function_level_imports(tmp_path):

@@ -28,6 +28,7 @@ from feedback_app.models.labels import StaleRevision
 from feedback_app.queue import LeaseLost, complete
 from reward_models.conversation import message_tool_calls
 from reward_models.envs.base import describe_message
+from training import launch
 
 STEP_PAGE_KINDS = {FeedbackKind.STEP_LABEL, FeedbackKind.CRITIQUE, FeedbackKind.RATING, FeedbackKind.INTERVENTION}
 
@@ -354,9 +355,7 @@ class InterventionViewSet(LabelViewSet):
         validate_correction(label.trajectory, label.step.index, label.corrected_message, takeover)
 
     def stored(self, label: Intervention) -> None:
-        from training.tasks import continue_intervention  # the Celery app, loaded only when needed
-
-        continue_intervention.delay_on_commit(label.pk)
+        launch.send_continuation(label.pk)
 
     def revised(self, old: Intervention, new: Intervention) -> None:
         # The action is unchanged, so the continuation made for the old revision stands for the new one.

@@ -22,6 +22,7 @@ from feedback_app.api.serializers import (
     TrainingRunSerializer,
 )
 from feedback_app.models import Assignment, Evaluation, RegisteredModel, TrainingRun
+from training import launch
 
 RUN_LAUNCH = PolymorphicProxySerializer(
     component_name="RunLaunch",
@@ -107,21 +108,18 @@ class TrainingRunViewSet(
         return TrainingRun.objects.filter(project=self.project).select_related("created_by")
 
     def create(self, request, *args, **kwargs) -> Response:
-        from training.judges import create_judge_run
-        from training.policy_runs import POLICY_RUN_KINDS, create_policy_run
-        from training.rollouts import create_rollout_run
-        from training.tasks import rollout, train_judge, train_policy
-
         kind = request.data.get("kind", "rollout")
-        if kind in POLICY_RUN_KINDS:
-            launch = self._validated(PolicyLaunchSerializer, request)
-            return self._launched(request, create_policy_run, train_policy, launch, ("base_policy", "snapshot"))
+        if kind in launch.POLICY_RUN_KINDS:
+            data = self._validated(PolicyLaunchSerializer, request)
+            return self._launched(request, launch.create_policy_run, data, ("base_policy", "snapshot"))
         if kind != "rollout":
-            launch = self._validated(JudgeLaunchSerializer, request)
-            return self._launched(request, create_judge_run, train_judge, launch, ("base_policy",))
+            data = self._validated(JudgeLaunchSerializer, request)
+            return self._launched(request, launch.create_judge_run, data, ("base_policy",))
         data = self._validated(RolloutLaunchSerializer, request)
-        run = create_rollout_run(self.project, data["policy_version"], data["rollout_config"], created_by=request.user)
-        rollout.delay_on_commit(run.pk)
+        run = launch.create_rollout_run(
+            self.project, data["policy_version"], data["rollout_config"], created_by=request.user
+        )
+        launch.send(run)
         return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
 
     def _validated(self, serializer_class, request) -> dict:
@@ -129,19 +127,17 @@ class TrainingRunViewSet(
         launch.is_valid(raise_exception=True)
         return dict(launch.validated_data)
 
-    def _launched(self, request, create, task, data: dict, optional: tuple[str, ...]) -> Response:
+    def _launched(self, request, create, data: dict, optional: tuple[str, ...]) -> Response:
         """Store a judge or policy run through `create` (its `LaunchError` becomes a 400 naming each field) and
-        send it to `task` once the transaction commits."""
-        from training.judges import LaunchError
-
+        send it to its worker once the transaction commits."""
         kind = data.pop("kind")
         for name in optional:
             data.setdefault(name, None)
         try:
             run = create(self.project, kind, **data, created_by=request.user)
-        except LaunchError as exc:
+        except launch.LaunchError as exc:
             raise serializers.ValidationError({name: [reason] for name, reason in exc.errors.items()}) from None
-        task.delay_on_commit(run.pk)
+        launch.send(run)
         return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -155,10 +151,8 @@ class TrainingRunViewSet(
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request, *args, **kwargs) -> Response:
-        from training.runs import request_cancel
-
         run = self.get_object()
-        if not request_cancel(run):
+        if not launch.request_cancel(run):
             raise Conflict(f"Run {run.pk} has already finished ({run.status}).")
         run.refresh_from_db()
         return Response(self.get_serializer(run).data)

@@ -39,6 +39,7 @@ from feedback_app.models import (
 from feedback_app.models.projects import QueryStrategy
 from feedback_app.models.trajectories import PolicyKind
 from feedback_app.win_rates import human_win_rate
+from training import launch
 
 RESEARCHERS_ONLY = " Researchers and admins only: annotators do not get this field."
 
@@ -441,10 +442,8 @@ class RolloutLaunchSerializer(serializers.Serializer):
     )
 
     def validate(self, attrs: dict) -> dict:
-        from training.rollouts import RolloutConfig
-
         try:
-            attrs["rollout_config"] = RolloutConfig.from_dict(attrs["config"])
+            attrs["rollout_config"] = launch.RolloutConfig.from_dict(attrs["config"])
         except (TypeError, ValueError) as exc:
             raise serializers.ValidationError({"config": str(exc)}) from None
         if attrs["policy_version"].kind == PolicyKind.EXTERNAL:

@@ -55,7 +55,7 @@ from feedback_app.models import (
 )
 from feedback_app.models.trajectories import PolicyKind
 from feedback_app.win_rates import human_win_rates
-from training.judges import LaunchError
+from training.launch import LaunchError, request_cancel
 
 TEMPLATE = "feedback_app/training.html"
 RUN_TEMPLATE = "feedback_app/run.html"
@@ -186,8 +186,6 @@ def rerun_run(request: HttpRequest, project_pk: int, run_pk: int) -> HttpRespons
 @login_required
 def cancel_run(request: HttpRequest, project_pk: int, run_pk: int) -> HttpResponse:
     """Cancel; from htmx, answer with what the button sits in: the run page's panel or the runs table."""
-    from training.runs import request_cancel
-
     project, _ = get_project_for_role(request, project_pk, *MANAGER_ROLES)
     run = get_object_or_404(
         TrainingRun.objects.select_related("base_policy", "snapshot", "created_by"), project=project, pk=run_pk

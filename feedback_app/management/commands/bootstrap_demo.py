@@ -14,9 +14,7 @@ from feedback_app.models.trajectories import TaskSplit
 from reward_models.envs import training_seeds
 from reward_models.policy.bootstrap import BootstrapConfig
 from reward_models.policy.tool_bootstrap import ToolBootstrapConfig
-from training.bootstrap import bootstrap_in_process
-from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
-from training.runs import execute_run
+from training.launch import RolloutConfig, bootstrap_in_process, create_rollout_run, roll_out_here
 
 GUIDELINES = """\
 # Gridworld demo: how to label
@@ -216,7 +214,7 @@ class Command(BaseCommand):
         config = RolloutConfig(num_tasks=review_tasks, samples_per_task=samples, seed=0)
         run = create_rollout_run(project, policy, config)
         self.stdout.write(f"Rolling out {policy.name} on {review_tasks} review tasks × {samples} samples...")
-        if execute_run(run.pk, run_rollout) != RunStatus.SUCCEEDED:
+        if roll_out_here(run) != RunStatus.SUCCEEDED:
             run.refresh_from_db()
             raise CommandError(f"The first rollouts failed:\n{run.error}")
         run.refresh_from_db()

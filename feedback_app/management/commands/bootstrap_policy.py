@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from feedback_app.models import PolicyVersion, Project, RunStatus
-from training.bootstrap import bootstrap_in_process
+from training.launch import bootstrap_in_process
 
 
 class Command(BaseCommand):
