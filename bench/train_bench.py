@@ -165,7 +165,7 @@ def judge_throughput(base_dir: Path, work: Path, args) -> dict[str, float]:
     }
     figures = {}
     for kind, pipeline in PIPELINES.items():
-        config_class, main = pipeline.load()
+        config_class, main = pipeline.config_class, pipeline.main
         path = write_jsonl(data[kind], work / f"{kind}.jsonl")
         config = config_from_dict(
             config_class,

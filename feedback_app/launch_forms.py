@@ -174,14 +174,14 @@ def run_form(kind: str) -> RunForm:
     """The form of a launchable run kind. Raises `LaunchError` for any other kind."""
     if kind in launch.PIPELINES:
         pipeline = launch.PIPELINES[kind]
-        config_class, _ = pipeline.load()
+        config_class = pipeline.config_class
         judge_inputs = pipeline.judge_inputs or {}
         managed = {*launch.JUDGE_MANAGED_SETTINGS, *judge_inputs}
         choices = tuple(JudgeChoice(setting, (kind_,), False) for setting, kind_ in judge_inputs.items())
         return RunForm(kind, "judge", pipeline.export_kinds, choices, _settings(config_class, managed, JudgeConfig))
     if kind in launch.TRAINERS:
         trainer = launch.TRAINERS[kind]
-        config_class, _ = trainer.load()
+        config_class = trainer.config_class
         implied_by_snapshot = {name for implied in trainer.export_kinds.values() for name in implied}
         managed = {*launch.POLICY_MANAGED_SETTINGS, *trainer.judge_inputs, *trainer.implied, *implied_by_snapshot}
         choices = tuple(

@@ -11,12 +11,12 @@ up again after its worker was killed resumes from the pipeline's last checkpoint
 
 from __future__ import annotations
 
-import importlib
 import math
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from django.conf import settings
@@ -35,7 +35,9 @@ from feedback_app.models import (
     TrainingRun,
 )
 from feedback_app.models.trajectories import PolicyKind
+from reward_models import critic_lm, prm, reward, value
 from reward_models.common import CHECKPOINT_DIR, ConfigError, config_errors, config_from_dict
+from reward_models.finetune import preference_model
 from training import data_checks
 from training.runs import RunRecorder
 
@@ -45,37 +47,33 @@ MANAGED_SETTINGS = ("data_path", "base_model", "output_dir", "snapshot_hash")
 
 @dataclass(frozen=True)
 class Pipeline:
-    """Where a judge kind's pipeline lives, which snapshot kinds it reads, and which other judge models it may use
-    (config setting -> judge kind)."""
+    """A judge kind's pipeline (its config class, its `main` and its own check of its rows), which snapshot kinds it
+    reads, and which other judge models it may use (config setting -> judge kind)."""
 
-    module: str
-    config_class: str
+    config_class: type
+    main: Callable[..., dict[str, Any]]
+    # None for a method that learns online, from no snapshot.
+    row_problems: Callable[[list[dict[str, Any]], Any], dict[int, str]] | None
     export_kinds: tuple[str, ...]
     judge_inputs: Mapping[str, str] | None = None
 
-    def load(self) -> tuple[type, Any]:
-        module = importlib.import_module(self.module)
-        return getattr(module, self.config_class), module.main
-
-    def row_problems(self, rows: list[dict[str, Any]], config: Any) -> dict[int, str]:
-        """The pipeline's own check of its rows (`row_problems` in its module), which it also runs as it loads
-        them."""
-        return importlib.import_module(self.module).row_problems(rows, config)
+    @classmethod
+    def of(cls, module: ModuleType, config_class: type, export_kinds: tuple[str, ...], **options: Any) -> Pipeline:
+        """The pipeline whose `main` and `row_problems` (where it reads rows) are `module`'s."""
+        return cls(config_class, module.main, getattr(module, "row_problems", None), export_kinds, **options)
 
 
 PIPELINES: dict[str, Pipeline] = {
-    RunKind.REWARD_MODEL: Pipeline("reward_models.reward", "RewardConfig", ("preference",)),
-    RunKind.PRM: Pipeline("reward_models.prm", "PRMConfig", ("stepwise",)),
-    RunKind.VALUE_CRITIC: Pipeline(
-        "reward_models.value",
-        "ValueConfig",
+    RunKind.REWARD_MODEL: Pipeline.of(reward, reward.RewardConfig, ("preference",)),
+    RunKind.PRM: Pipeline.of(prm, prm.PRMConfig, ("stepwise",)),
+    RunKind.VALUE_CRITIC: Pipeline.of(
+        value,
+        value.ValueConfig,
         ("returns",),
         judge_inputs={"reward_model": JudgeKind.REWARD_MODEL, "prm": JudgeKind.PRM},
     ),
-    RunKind.GENERATIVE_CRITIC: Pipeline("reward_models.critic_lm", "CriticConfig", ("critiques",)),
-    RunKind.PREFERENCE_MODEL: Pipeline(
-        "reward_models.finetune.preference_model", "PreferenceModelConfig", ("preference",)
-    ),
+    RunKind.GENERATIVE_CRITIC: Pipeline.of(critic_lm, critic_lm.CriticConfig, ("critiques",)),
+    RunKind.PREFERENCE_MODEL: Pipeline.of(preference_model, preference_model.PreferenceModelConfig, ("preference",)),
 }
 JUDGE_RUN_KINDS = tuple(PIPELINES)
 
@@ -100,7 +98,7 @@ def default_base_policy(project: Project) -> PolicyVersion | None:
 def judge_config(run: TrainingRun) -> Any:
     """The pipeline config for `run`: its stored settings, plus the snapshot file, base model, run directory and
     judge-model inputs Tandem fills in. Raises `ConfigError` naming the bad setting."""
-    config_class, _ = PIPELINES[run.kind].load()
+    config_class = PIPELINES[run.kind].config_class
     return config_from_dict(config_class, judge_config_values(run))
 
 
@@ -216,7 +214,7 @@ def create_judge_run(
 def _checked_config(run: TrainingRun, pipeline: Pipeline, errors: dict[str, str]) -> Any:
     """The pipeline config of a run being launched, or None with every bad setting added to `errors` (under the name
     of the form input it comes from) beside the errors of the other inputs."""
-    config_class, _ = pipeline.load()
+    config_class = pipeline.config_class
     try:
         values = judge_config_values(run)
     except ConfigError as exc:  # a setting Tandem fills in, set by hand; or the base's weights are gone
@@ -264,7 +262,7 @@ def run_judge(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
             f"{run.snapshot.content_hash[:12]}; refusing to train on changed data"
         )
     pipeline = PIPELINES[run.kind]
-    _, main = pipeline.load()
+    main = pipeline.main
     config = judge_config(run)
     TrainingRun.objects.filter(pk=run.pk).update(artifact_dir=config.output_dir)
     recorder.log(

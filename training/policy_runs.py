@@ -17,11 +17,11 @@ taken up again after its worker was killed resumes from the trainer's last check
 
 from __future__ import annotations
 
-import importlib
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from django.conf import settings
@@ -41,6 +41,7 @@ from feedback_app.models import (
 )
 from feedback_app.models.trajectories import PolicyKind, TaskSplit
 from reward_models.common import CHECKPOINT_DIR, ConfigError, config_errors, config_from_dict
+from reward_models.finetune import dpo, grpo, kto, nash, ppo, sft
 from training import data_checks
 from training.judges import LaunchError, default_base_policy, json_safe
 from training.rollouts import RolloutConfig, create_rollout_run
@@ -52,63 +53,62 @@ MANAGED_SETTINGS = ("policy_path", "data_path", "output_dir", "snapshot_hash", "
 
 @dataclass(frozen=True)
 class Trainer:
-    """Where a method's trainer lives, which snapshot kinds it learns from (none: it learns online) and the settings
-    each implies, which judge models it takes (config setting -> the judge kinds that fit; `required` ones must be
-    given), and the settings its run kind implies."""
+    """A method's trainer (its config class, its `main` and its own check of its rows), which snapshot kinds it
+    learns from (none: it learns online) and the settings each implies, which judge models it takes (config
+    setting -> the judge kinds that fit; `required` ones must be given), and the settings its run kind implies."""
 
-    module: str
-    config_class: str
+    config_class: type
+    main: Callable[..., dict[str, Any]]
+    # None for a method that learns online, from no snapshot.
+    row_problems: Callable[[list[dict[str, Any]], Any], dict[int, str]] | None
     export_kinds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     judge_inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     required_judges: tuple[str, ...] = ()
     implied: Mapping[str, Any] = field(default_factory=dict)
 
-    def load(self) -> tuple[type, Any]:
-        module = importlib.import_module(self.module)
-        return getattr(module, self.config_class), module.main
-
-    def row_problems(self, rows: list[dict[str, Any]], config: Any) -> dict[int, str]:
-        """The trainer's own check of its rows (`row_problems` in its module), which it also runs as it loads them."""
-        return importlib.import_module(self.module).row_problems(rows, config)
+    @classmethod
+    def of(cls, module: ModuleType, config_class: type, *settings: Any, **options: Any) -> Trainer:
+        """The trainer whose `main` and `row_problems` (where it reads rows) are `module`'s."""
+        return cls(config_class, module.main, getattr(module, "row_problems", None), *settings, **options)
 
 
 # A Nash-style trainer plays against a pairwise preference model, or a Bradley-Terry reward model's P(a > b).
 PREFERENCE_JUDGES = {"preference_model_path": (JudgeKind.PREFERENCE_MODEL, JudgeKind.REWARD_MODEL)}
 
 TRAINERS: dict[str, Trainer] = {
-    RunKind.DPO: Trainer(
-        "reward_models.finetune.dpo",
-        "DPOConfig",
+    RunKind.DPO: Trainer.of(
+        dpo,
+        dpo.DPOConfig,
         {"step_preference": {"level": "step"}, "preference": {"level": "trajectory"}},
     ),
-    RunKind.KTO: Trainer("reward_models.finetune.kto", "KTOConfig", {"unpaired": {}}),
-    RunKind.SFT: Trainer("reward_models.finetune.sft", "SFTConfig", {"sft": {}}),
-    RunKind.PPO: Trainer(
-        "reward_models.finetune.ppo",
-        "PPOConfig",
+    RunKind.KTO: Trainer.of(kto, kto.KTOConfig, {"unpaired": {}}),
+    RunKind.SFT: Trainer.of(sft, sft.SFTConfig, {"sft": {}}),
+    RunKind.PPO: Trainer.of(
+        ppo,
+        ppo.PPOConfig,
         judge_inputs={
             "reward_model_path": (JudgeKind.REWARD_MODEL,),
             "prm_path": (JudgeKind.PRM,),
             "value_critic_path": (JudgeKind.VALUE_CRITIC,),
         },
     ),
-    RunKind.NASH_MD: Trainer(
-        "reward_models.finetune.nash",
-        "NashConfig",
+    RunKind.NASH_MD: Trainer.of(
+        nash,
+        nash.NashConfig,
         judge_inputs=PREFERENCE_JUDGES,
         required_judges=("preference_model_path",),
         implied={"method": "nash_md"},
     ),
-    RunKind.SPO: Trainer(
-        "reward_models.finetune.nash",
-        "NashConfig",
+    RunKind.SPO: Trainer.of(
+        nash,
+        nash.NashConfig,
         judge_inputs=PREFERENCE_JUDGES,
         required_judges=("preference_model_path",),
         implied={"method": "spo"},
     ),
-    RunKind.GRPO: Trainer(
-        "reward_models.finetune.grpo",
-        "GRPOConfig",
+    RunKind.GRPO: Trainer.of(
+        grpo,
+        grpo.GRPOConfig,
         judge_inputs={"reward_model_path": (JudgeKind.REWARD_MODEL,)},
         required_judges=("reward_model_path",),
     ),
@@ -151,7 +151,7 @@ def policy_config(run: TrainingRun) -> Any:
     """The trainer config for `run`: its stored settings plus what Tandem fills in (the base policy's weights, the
     snapshot file, the run directory, the project's environment, the judge models' directories). Raises
     `ConfigError` naming the bad setting."""
-    config_class, _ = TRAINERS[run.kind].load()
+    config_class = TRAINERS[run.kind].config_class
     return config_from_dict(config_class, policy_config_values(run))
 
 
@@ -271,7 +271,7 @@ def create_policy_run(
 def _checked_config(run: TrainingRun, trainer: Trainer, errors: dict[str, str]) -> Any:
     """The trainer config of a run being launched, or None with every bad setting added to `errors` (under the name
     of the form input it comes from) beside the errors of the other inputs."""
-    config_class, _ = trainer.load()
+    config_class = trainer.config_class
     try:
         values = policy_config_values(run)
     except ConfigError as exc:  # a setting Tandem fills in, set by hand; or the base policy's weights are gone
@@ -324,7 +324,7 @@ def run_policy_training(run: TrainingRun, recorder: RunRecorder) -> dict[str, An
             f"snapshot {run.snapshot.name!r}: the file {snapshot_file(run.snapshot)} no longer matches its hash "
             f"{run.snapshot.content_hash[:12]}; refusing to train on changed data"
         )
-    _, main = TRAINERS[run.kind].load()
+    main = TRAINERS[run.kind].main
     config = policy_config(run)
     TrainingRun.objects.filter(pk=run.pk).update(artifact_dir=config.output_dir)
     data = f" on snapshot {run.snapshot.name!r} ({run.snapshot.row_count} rows)" if run.snapshot else ""

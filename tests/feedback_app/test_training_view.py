@@ -117,7 +117,7 @@ def test_the_forms_cover_every_run_kind_of_the_issue():
     assert [choice.setting for choice in run_form("grpo").judges if choice.required] == ["reward_model_path"]
     # Every setting of the trainer's dataclass is on the form, or filled in by Tandem.
     sft = {setting.name for setting in run_form("sft").settings}
-    config_class, _ = TRAINERS["sft"].load()
+    config_class = TRAINERS["sft"].config_class
     assert sft == {f.name for f in dataclasses.fields(config_class)} - {*MANAGED_SETTINGS}
 
 

@@ -156,7 +156,7 @@ def test_every_judge_kind_names_a_pipeline_that_exists():
 
     assert set(PIPELINES) == {"reward_model", "prm", "value_critic", "generative_critic", "preference_model"}
     for kind, pipeline in PIPELINES.items():
-        config_class, main = pipeline.load()
+        config_class, main = pipeline.config_class, pipeline.main
         assert issubclass(config_class, JudgeConfig) and callable(main), kind
         for setting in pipeline.judge_inputs or {}:
             assert setting in config_class.__dataclass_fields__, (kind, setting)

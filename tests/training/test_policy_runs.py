@@ -152,7 +152,7 @@ def test_every_trainer_names_a_config_and_its_judge_settings():
 
     assert set(TRAINERS) == {"dpo", "kto", "sft", "ppo", "nash_md", "spo", "grpo"}
     for kind, trainer in TRAINERS.items():
-        config_class, main = trainer.load()
+        config_class, main = trainer.config_class, trainer.main
         assert issubclass(config_class, PolicyTrainConfig) and callable(main), kind
         for setting in [*trainer.judge_inputs, *trainer.implied]:
             assert setting in config_class.__dataclass_fields__, (kind, setting)
