@@ -186,7 +186,8 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_FOLDER = env_path("CELERY_BROKER_FOLDER", DATA_DIR / "broker")
 if urlparse(CELERY_BROKER_URL).scheme == "filesystem":
     # Kombu's filesystem transport moves messages through one folder; the web process and every worker must share
-    # it, and in must equal out or nothing is ever delivered.
+    # it, and in must equal out or nothing is ever delivered. `training.broker` takes them in the order they were sent.
+    CELERY_BROKER_TRANSPORT = "training.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(CELERY_BROKER_FOLDER / "messages"),
         "data_folder_out": str(CELERY_BROKER_FOLDER / "messages"),
