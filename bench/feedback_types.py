@@ -35,6 +35,7 @@ import json
 import math
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -114,6 +115,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--port", type=int, default=0, help="The web server's port (default: a free one).")
     parser.add_argument("--parallel", type=int, default=0, help="Worker processes (default: one per CPU core).")
+    # Each seed runs in a process of its own (Django binds one process to one database): the bench starts itself
+    # with one seed and this option, and reads back what that seed's arms did.
+    parser.add_argument("--seed_json", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.arm_names = [name for name in args.arms.split(",") if name]
     unknown = sorted(set(args.arm_names) - set(ARMS))
@@ -125,6 +129,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.seed_list = _numbers(parser, "seeds", args.seeds, int)
     if len(set(args.seed_list)) != len(args.seed_list) or min(args.seed_list) < 0:
         parser.error("--seeds: distinct seeds, 0 or more")
+    if args.seed_json and len(args.seed_list) != 1:
+        parser.error("--seed_json: one seed at a time")
     for name in ("tasks", "ensemble", "iterations", "episodes", "eval_tasks", "eval_samples"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: must be at least 1")
@@ -376,17 +382,38 @@ def run_seed(args: argparse.Namespace, seed: int, policy_dir: Path, work: Path) 
     return {arm: {"base": base, "points": [asdict(p) for p in points]} for arm, (base, points) in results.items()}
 
 
+def seed_in_own_process(argv: list[str], seed: int, work: Path) -> dict[str, Any]:
+    """Run one seed's arms by starting this bench again with that seed alone; what they did."""
+    path = work / f"seed{seed}.json"
+    path.unlink(missing_ok=True)
+    command = [sys.executable, str(Path(__file__).resolve()), *argv, "--seeds", str(seed), "--seed_json", str(path)]
+    child = subprocess.Popen(command, cwd=ROOT)
+    try:
+        status = child.wait()
+    except BaseException:
+        # SIGTERM, not the kill subprocess.run would send: the seed's own `finally` stops its servers.
+        child.terminate()
+        child.wait(timeout=120)
+        raise
+    if status != 0:
+        raise SystemExit(f"seed {seed} failed (exit status {status})")
+    return json.loads(path.read_text())
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     work = (ROOT / args.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     policy_dir = loop.base_policy(args, work)
-    started = time.monotonic()
-    runs = {}
-    for seed in args.seed_list:
+    if args.seed_json:
+        seed = args.seed_list[0]
         print(f"\nseed {seed}: arms {', '.join(args.arm_names)}", flush=True)
-        runs[seed] = run_seed(args, seed, policy_dir, work)
+        Path(args.seed_json).write_text(json.dumps(run_seed(args, seed, policy_dir, work), default=str))
+        return 0
+    started = time.monotonic()
+    runs = {seed: seed_in_own_process(argv, seed, work) for seed in args.seed_list}
     summary = summarise(runs, args.budget_minutes)
     base = {seed: next(iter(arms.values()))["base"] for seed, arms in runs.items()}
     print_report(summary, base)

@@ -60,6 +60,7 @@ SLOW_FIRST = (
     "tests/feedback_app/test_page_sweep_browser.py",
     "tests/finetune/test_common.py",  # trains the shared short bootstrap
     "tests/feedback_app/api/test_fuzz.py",
+    "tests/reward_models/test_feedback_types_smoke.py",
     "tests/finetune/test_nash.py",
     "tests/feedback_app/test_tool_project.py",
     "tests/training/test_judge_worker.py",
