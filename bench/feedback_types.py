@@ -3,11 +3,11 @@ oracle's reward, each spending the same simulated annotator time on the tool-cal
 
     .venv/bin/python bench/feedback_types.py                      # the defaults: 3 seeds, 30, 60 and 120 minutes
     .venv/bin/python bench/feedback_types.py --seeds 0 --budgets 4,8 --tasks 12 --iterations 1 --eval_tasks 8 \\
-        --eval_samples 1                                           # a smoke run (about 3 minutes)
+        --eval_samples 1                                           # a short run (about 5 minutes)
 
-Each arm is a project of its own in one Tandem (a real web server and Celery worker on the embedded defaults, as
-`bench/loop.py` starts them), with the same base policy and the same training and held-out tasks as every other arm
-of its seed. Per round, the current policy plays `--tasks` training tasks × `--samples`; the rollout queues what the
+Each seed runs in a process of its own, with a Tandem of its own (a real web server and Celery worker on the embedded
+defaults, as `bench/loop.py` starts them); there each arm is a project, with the same base policy and the same
+training and held-out tasks as every other arm of its seed. Per round, the current policy plays `--tasks` training tasks × `--samples`; the rollout queues what the
 arm labels, the crowd of simulated annotators (B-Pref teachers with their rationality and mistake rates) labels until
 the arm's annotator time, by the annotator-time model (`feedback_app.annotator_time`, set with
 `--annotator_seconds`), reaches the round's budget; unlabelled items stay queued for the next round. Then:

@@ -10,13 +10,25 @@ from itertools import count
 
 import pytest
 from kombu import Connection
-from kombu.transport import filesystem
+from kombu.transport import filesystem, virtual
 
 from training import broker
 
 
+@pytest.fixture(autouse=True)
+def fresh_broker_state(monkeypatch):
+    """Kombu keeps the exchanges it declared in one state for every filesystem transport of the process, and finds
+    their bindings in the control folder: each test has its own folders, so it needs its own state too."""
+    monkeypatch.setattr(filesystem.Transport, "global_state", virtual.BrokerState())
+
+
 def connection(folder, transport) -> Connection:
-    options = {"data_folder_in": str(folder), "data_folder_out": str(folder), "store_processed": False}
+    options = {
+        "data_folder_in": str(folder),
+        "data_folder_out": str(folder),
+        "control_folder": str(folder.parent / f"{folder.name}-control"),  # Kombu's default is ./control
+        "store_processed": False,
+    }
     return Connection("filesystem://", transport=transport, transport_options=options)
 
 
