@@ -7,10 +7,11 @@ oracle's reward, each spending the same simulated annotator time on the tool-cal
 
 Each seed runs in a process of its own, with a Tandem of its own (a real web server and Celery worker on the embedded
 defaults, as `bench/loop.py` starts them); there each arm is a project, with the same base policy and the same
-training and held-out tasks as every other arm of its seed. Per round, the current policy plays `--tasks` training tasks × `--samples`; the rollout queues what the
-arm labels, the crowd of simulated annotators (B-Pref teachers with their rationality and mistake rates) labels until
-the arm's annotator time, by the annotator-time model (`feedback_app.annotator_time`, set with
-`--annotator_seconds`), reaches the round's budget; unlabelled items stay queued for the next round. Then:
+training and held-out tasks as every other arm of its seed. Per round, the current policy plays `--tasks` training
+tasks × `--samples`; the rollout queues what the arm labels, the crowd of simulated annotators (B-Pref teachers with
+their rationality and mistake rates) labels until the arm's annotator time, by the annotator-time model
+(`feedback_app.annotator_time`, set with `--annotator_seconds`), reaches the round's budget; unlabelled items stay
+queued for the next round. Then:
 
 - comparisons: a reward-model ensemble on every comparison so far, then PPO on it;
 - step_labels: first-error marks (PRM800K's shortcut: the steps before the first wrong one are good), a PRM on
