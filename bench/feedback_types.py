@@ -97,14 +97,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=16, help="PPO episodes per iteration.")
     parser.add_argument("--eval_tasks", type=int, default=48, help="Held-out tasks scored per policy.")
     parser.add_argument("--eval_samples", type=int, default=2, help="Sampled episodes per held-out task.")
-    parser.add_argument("--crowd", default="", help="A JSON list of TeacherConfig dicts (default: 3 teachers).")
-    parser.add_argument(
-        "--annotator_seconds",
-        type=loop._annotator_time,
-        default="",
-        help="Seconds each simulated label records, by kind (comparison=25,first_error=15; the rest keep the "
-        "defaults of feedback_app.annotator_time).",
-    )
     parser.add_argument("--policy", default="", help="The base policy directory (default: the environment's).")
     parser.add_argument("--work_dir", default="var/bench/feedback_types", help="Data directories and base policy.")
     parser.add_argument("--out", default="var/bench/feedback_types.json", help="The figures as JSON.")
@@ -114,8 +106,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=json.dumps(DEFAULT_SETTINGS),
         help='Run config overrides, JSON: {"ppo": {"kl_beta": 0.05}} (default: %(default)s).',
     )
-    parser.add_argument("--port", type=int, default=0, help="The web server's port (default: a free one).")
-    parser.add_argument("--parallel", type=int, default=0, help="Worker processes (default: one per CPU core).")
+    loop.add_crowd_and_server_arguments(parser)
     # Each seed runs in a process of its own (Django binds one process to one database): the bench starts itself
     # with one seed and this option, and reads back what that seed's arms did.
     parser.add_argument("--seed_json", default="", help=argparse.SUPPRESS)

@@ -150,6 +150,26 @@ def _annotator_time(text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def add_crowd_and_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the simulated crowd, the web server and the worker, shared by the benches that run the loop."""
+    parser.add_argument("--crowd", default="", help="A JSON list of TeacherConfig dicts (default: 3 teachers).")
+    parser.add_argument(
+        "--annotator_seconds",
+        type=_annotator_time,
+        default="",
+        help="Seconds each simulated label records, by kind (comparison=25,step_label=4; the rest keep the "
+        "defaults of feedback_app.annotator_time). The dashboard's overview gives a project's medians in this form.",
+    )
+    parser.add_argument("--port", type=int, default=0, help="The web server's port (default: a free one).")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=0,
+        help="Worker processes, each with an equal share of the cores' torch threads; every case submits its runs "
+        "at once (default: as many as there are cases, at most the CPU count).",
+    )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="gridworld", choices=sorted(ENVIRONMENTS), help="The environment played.")
@@ -178,27 +198,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Sampled episodes per held-out task (one: a gain's standard error is about 3.7 points; four: 2.4).",
     )
     parser.add_argument("--test_tasks", type=int, default=120, help="Tasks of the reward models' oracle test pairs.")
-    parser.add_argument("--crowd", default="", help="A JSON list of TeacherConfig dicts (default: 3 teachers).")
-    parser.add_argument(
-        "--annotator_seconds",
-        type=_annotator_time,
-        default="",
-        help="Seconds each simulated label records, by kind (comparison=25,step_label=4; the rest keep the "
-        "defaults of feedback_app.annotator_time). The dashboard's overview gives a project's medians in this form.",
-    )
     parser.add_argument("--policy", default="", help="The base policy directory (default: bootstrap one, seed 0).")
     parser.add_argument("--work_dir", default="var/bench/loop", help="The data directory, logs and base policy.")
     parser.add_argument("--out", default="var/bench/loop.json", help="The figures as JSON.")
     parser.add_argument("--plot", default="var/bench/loop.png", help="The plot (PNG; the SVG goes beside it).")
     parser.add_argument("--settings", default="{}", help='Run config overrides, JSON: {"ppo": {"kl_beta": 0.05}}.')
-    parser.add_argument("--port", type=int, default=0, help="The web server's port (default: a free one).")
-    parser.add_argument(
-        "--parallel",
-        type=int,
-        default=0,
-        help="Worker processes, each with an equal share of the cores' torch threads; every case submits its runs "
-        "at once (default: as many as there are cases, at most the CPU count).",
-    )
+    add_crowd_and_server_arguments(parser)
     parser.add_argument(
         "--seed",
         type=int,
