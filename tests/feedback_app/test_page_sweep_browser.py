@@ -252,8 +252,15 @@ class Watcher:
         self.document_url = ""
         page.on("console", self._console)
         page.on("pageerror", lambda error: self.problems.append(f"uncaught: {error}"))
-        page.on("requestfailed", lambda request: self.problems.append(f"failed: {request.url} {request.failure}"))
+        page.on("requestfailed", self._failed)
         page.on("response", self._response)
+
+    def _failed(self, request) -> None:
+        # Chromium fetches the favicon after the load event, and cancels that fetch when the sweep moves on to the
+        # next page: a cancelled favicon is the browser's doing, not a failure (its status is still checked).
+        if request.url.endswith("/favicon.svg") and request.failure == "net::ERR_ABORTED":
+            return
+        self.problems.append(f"failed: {request.url} {request.failure}")
 
     def _console(self, message) -> None:
         if message.type != "error":
