@@ -123,9 +123,9 @@ class TrainingRunViewSet(
         return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
 
     def _validated(self, serializer_class, request) -> dict:
-        launch = serializer_class(data=request.data, context=self.get_serializer_context())
-        launch.is_valid(raise_exception=True)
-        return dict(launch.validated_data)
+        serializer = serializer_class(data=request.data, context=self.get_serializer_context())
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
 
     def _launched(self, request, create, data: dict, optional: tuple[str, ...]) -> Response:
         """Store a judge or policy run through `create` (its `LaunchError` becomes a 400 naming each field) and
