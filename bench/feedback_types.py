@@ -366,10 +366,7 @@ def chart(summary: dict[str, Any], decoding: str) -> str:
 
 def run_seed(args: argparse.Namespace, seed: int, policy_dir: Path, work: Path) -> dict[str, Any]:
     seeded = argparse.Namespace(**{**vars(args), "seed": seed})
-    crowd = json.loads(Path(args.crowd).read_text()) if args.crowd else [dict(m) for m in loop.DEFAULT_CROWD]
-    for number, member in enumerate(crowd):
-        member.setdefault("name", f"teacher{number}")
-        member.setdefault("seed", seed * 100 + number)
+    crowd = loop.crowd_members(args.crowd, seed)
     results = loop.run_cases(ArmLoop(seeded, crowd, []), args.arm_names, policy_dir, work / f"data-seed{seed}")
     return {arm: {"base": base, "points": [asdict(p) for p in points]} for arm, (base, points) in results.items()}
 
@@ -417,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {
         key: value
         for key, value in vars(args).items()
-        if key not in ("arm_names", "budget_minutes", "seed_list", "rounds", "method")
+        if key not in ("arm_names", "budget_minutes", "seed_list", "rounds", "method", "seed_json")
     }
     settings["annotator_seconds"] = args.annotator_seconds.argument()
     out.write_text(

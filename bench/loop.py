@@ -83,6 +83,16 @@ DEFAULT_CROWD = [
 STRATEGY = {"random": "random", "active": "disagreement"}
 
 
+def crowd_members(path: str, seed: int) -> list[dict[str, Any]]:
+    """The simulated crowd: the TeacherConfig dicts in the JSON file `path` (default: `DEFAULT_CROWD`), each named
+    and seeded from `seed` unless it says otherwise."""
+    crowd = json.loads(Path(path).read_text()) if path else [dict(member) for member in DEFAULT_CROWD]
+    for number, member in enumerate(crowd):
+        member.setdefault("name", f"teacher{number}")
+        member.setdefault("seed", seed * 100 + number)
+    return crowd
+
+
 def _gridworld_config() -> dict[str, Any]:
     from reward_models.policy.bootstrap import BootstrapConfig
 
@@ -994,10 +1004,8 @@ def main(argv: list[str] | None = None) -> int:
     # default it would end only this process and leave both running.
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     cases = args.cases.split(",")
-    crowd = json.loads(Path(args.crowd).read_text()) if args.crowd else [dict(member) for member in DEFAULT_CROWD]
-    for number, member in enumerate(crowd):
-        member.setdefault("name", f"teacher{number}")
-        member.setdefault("seed", args.seed * 100 + number)
+    crowd = crowd_members(args.crowd, args.seed)
+    for member in crowd:
         # Only step DPO learns from interventions; elsewhere each one's continuation (~2 s of the worker's time)
         # would buy nothing.
         member.setdefault("interventions", args.method == "dpo")

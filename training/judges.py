@@ -52,15 +52,14 @@ class Pipeline:
 
     config_class: type
     main: Callable[..., dict[str, Any]]
-    # None for a method that learns online, from no snapshot.
-    row_problems: Callable[[list[dict[str, Any]], Any], dict[int, str]] | None
+    row_problems: Callable[[list[dict[str, Any]], Any], dict[int, str]]
     export_kinds: tuple[str, ...]
     judge_inputs: Mapping[str, str] | None = None
 
     @classmethod
     def of(cls, module: ModuleType, config_class: type, export_kinds: tuple[str, ...], **options: Any) -> Pipeline:
-        """The pipeline whose `main` and `row_problems` (where it reads rows) are `module`'s."""
-        return cls(config_class, module.main, getattr(module, "row_problems", None), export_kinds, **options)
+        """The pipeline whose `main` and `row_problems` are `module`'s."""
+        return cls(config_class, module.main, module.row_problems, export_kinds, **options)
 
 
 PIPELINES: dict[str, Pipeline] = {
