@@ -14,7 +14,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from feedback_app.launch_forms import LAUNCH_KINDS, run_form
+from feedback_app.launch_forms.forms import LAUNCH_KINDS, run_form
 from feedback_app.models import (
     DatasetSnapshot,
     Evaluation,
