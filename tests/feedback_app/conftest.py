@@ -7,6 +7,7 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
+from feedback_app import queue
 from feedback_app.models import EnvironmentSpec, Membership, Project
 from reward_models.envs.toolshop import TOOLS
 
@@ -54,3 +55,22 @@ def shop(researcher, annotator, api_as):
     )
     assert imported.status_code == 200, imported.content
     return project, project.trajectories.get(external_id="seeded"), project.trajectories.get(external_id="bare")
+
+
+# The compare page's items.
+
+
+@pytest.fixture
+def pair(make_trajectory):
+    """A 3-step and a 5-step trajectory of the same task, queued for comparison."""
+    short = make_trajectory(3, success=True, outcome_return=1.0)
+    long = make_trajectory(5, success=False, outcome_return=0.0)
+    item = queue.enqueue_comparisons(short.project, [(short, long)])[0]
+    return short, long, item
+
+
+@pytest.fixture
+def two_pairs(pair, make_trajectory):
+    third = make_trajectory(2)
+    second_item = queue.enqueue_comparisons(third.project, [(pair[0], third)])[0]
+    return pair[2], second_item
