@@ -5,10 +5,19 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from feedback_app import queue
-from feedback_app.models import EnvironmentSpec, Membership, Project
+from feedback_app.models import (
+    DatasetSnapshot,
+    EnvironmentSpec,
+    Membership,
+    Project,
+    RegisteredModel,
+    RunStatus,
+    TrainingRun,
+)
 from reward_models.envs.toolshop import TOOLS
 
 
@@ -74,3 +83,21 @@ def two_pairs(pair, make_trajectory):
     third = make_trajectory(2)
     second_item = queue.enqueue_comparisons(third.project, [(pair[0], third)])[0]
     return pair[2], second_item
+
+
+# What the training page's and run page's tests launch from.
+
+
+@pytest.fixture
+def sft_snapshot(client, project, researcher, demonstrations):
+    client.force_login(researcher)
+    client.post(reverse("training-snapshot", args=[project.pk]), {"export_kind": "sft", "name": "demos"})
+    return DatasetSnapshot.objects.get(name="demos")
+
+
+@pytest.fixture
+def reward_model(project, tiny_policy):
+    run = TrainingRun.objects.create(project=project, kind="reward_model", status=RunStatus.SUCCEEDED)
+    return RegisteredModel.objects.create(
+        project=project, name="rm-1", kind="reward_model", path=str(tiny_policy.weights_path), run=run, base_model="/b"
+    )
