@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import random
 
-from feedback_app.imports import plain_trajectory_row
+from feedback_app.imports.fast_path import plain_trajectory_row
 from feedback_app.serializers import TrajectoryImportSerializer
 
 ODD_TEXT = ["", " padded ", "x\x00y", "\ud800", 7, 1.5, True, None, [], {}, "ok", "ünïcode", "a" * 300]
