@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
-from feedback_app.serializers import trajectory_size_problem, turns_for_steps
+from feedback_app.trajectory_schema import trajectory_size_problem, turns_for_steps
 
 _ODD_CHARACTERS = re.compile("[\x00\ud800-\udfff]")  # DRF refuses null characters and lone surrogates
 

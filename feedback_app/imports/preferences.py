@@ -16,7 +16,7 @@ from feedback_app.imports.storing import resolve_tasks, store_trajectories
 from feedback_app.imports.validation import RowKind
 from feedback_app.models import Comparison, Project, Trajectory
 from feedback_app.models.trajectories import TrajectorySource
-from feedback_app.serializers import PreferenceImportSerializer
+from feedback_app.trajectory_schema import PreferenceImportSerializer
 
 
 class PreferenceRows(RowKind):

@@ -19,7 +19,7 @@ from feedback_app.imports.storing import resolve_tasks, store_trajectories
 from feedback_app.imports.validation import RowKind
 from feedback_app.models import PolicyVersion, Project, Trajectory
 from feedback_app.models.trajectories import PolicyKind
-from feedback_app.serializers import TrajectoryImportSerializer
+from feedback_app.trajectory_schema import TrajectoryImportSerializer
 
 
 class TrajectoryRows(RowKind):
