@@ -109,18 +109,9 @@ def submit_comparison(
     """Store the annotator's comparison for a comparison assignment. `choice` is in a/b terms (canonical_choice)."""
     check_assignment(user, assignment, LabelKind.COMPARISON)
     item = assignment.item
-    return _compare(
-        user,
-        item.project_id,
-        (item.trajectory_id, item.other_trajectory_id),
-        assignment,
-        choice=choice,
-        strength=strength,
-        rationale=rationale,
-        order=displayed_order(assignment),
-        client_token=client_token,
-        seconds_spent=seconds_spent,
-    )
+    label = {"choice": choice, "strength": strength, "rationale": rationale, "order": displayed_order(assignment)}
+    pair = (item.trajectory_id, item.other_trajectory_id)
+    return _compare(user, item.project_id, pair, assignment, client_token, seconds_spent, **label)
 
 
 def compare(
@@ -146,18 +137,9 @@ def compare(
         trajectory_a, trajectory_b = trajectory_b, trajectory_a
         choice = {ComparisonChoice.A: ComparisonChoice.B, ComparisonChoice.B: ComparisonChoice.A}.get(choice, choice)
         order = "ba" if order == "ab" else "ab"
-    return _compare(
-        user,
-        trajectory_a.project_id,
-        (trajectory_a.pk, trajectory_b.pk),
-        assignment,
-        choice=choice,
-        strength=strength,
-        rationale=rationale,
-        order=order,
-        client_token=client_token,
-        seconds_spent=seconds_spent,
-    )
+    label = {"choice": choice, "strength": strength, "rationale": rationale, "order": order}
+    pair = (trajectory_a.pk, trajectory_b.pk)
+    return _compare(user, trajectory_a.project_id, pair, assignment, client_token, seconds_spent, **label)
 
 
 def _compare(
@@ -165,13 +147,13 @@ def _compare(
     project_id: int,
     pair: tuple[int, int],
     assignment: Assignment | None,
+    client_token: uuid.UUID | None,
+    seconds_spent: float | None,
     *,
     choice: str,
     strength: int | None,
     rationale: str,
     order: str,
-    client_token: uuid.UUID | None,
-    seconds_spent: float | None,
 ) -> Stored:
     leased = assignment is not None and assignment.status == AssignmentStatus.LEASED
     # A label completes its assignment in the same transaction, so while the assignment is leased no submit of it

@@ -16,12 +16,7 @@ from feedback_app.models import (
 )
 from tests.feedback_app.training_pages import HTMX, field_html, url
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def artifact_root(settings, tmp_path):
-    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("artifact_root")]
 
 
 def test_the_run_page_names_its_base_policy_and_snapshot(client, project, researcher, tiny_policy, sft_snapshot):

@@ -21,12 +21,7 @@ from feedback_app.models import (
 from tests.feedback_app.training_pages import HTMX, field_html, url
 from training.policy_runs import MANAGED_SETTINGS, TRAINERS
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def artifact_root(settings, tmp_path):
-    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("artifact_root")]
 
 
 # --- who may -------------------------------------------------------------------------------------------------------
