@@ -163,8 +163,9 @@ def ppo_lora(model, tokenizer, args) -> dict:
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import Qwen2Config, Qwen2ForTokenClassification
 
-    from reward_models.finetune.common import disable_dropout, pad_turns, token_logprobs
+    from reward_models.finetune.policy_model import disable_dropout
     from reward_models.finetune.ppo_rewards import CriticWindow, critic_forward
+    from reward_models.finetune.turn_batches import pad_turns, token_logprobs
     from reward_models.policy.turns import TurnEncoding
 
     autocast = _autocast(args)
@@ -229,7 +230,7 @@ def dpo(model, tokenizer, args) -> dict:
     computed first without gradients, as the trajectory-level DPO trainer does."""
     import torch
 
-    from reward_models.finetune.common import pad_turns, token_logprobs
+    from reward_models.finetune.turn_batches import pad_turns, token_logprobs
     from reward_models.policy.turns import TurnEncoding
 
     autocast = _autocast(args)

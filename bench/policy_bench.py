@@ -30,7 +30,7 @@ What the simulated annotators give (`reward_models.oracle_data`), all on the bas
   answer the environment cannot parse): the single-turn reward model of GRPO.
 
 Each seed draws its own rollouts, labels, judge models and training; the base policy and its evaluation are shared.
-Held-out success is measured by the same `finetune.common.evaluate_policy` with the same seeds for the base and
+Held-out success is measured by the same `finetune.evaluation.evaluate_policy` with the same seeds for the base and
 every trained policy (sampled: `--eval_samples` episodes per task). A method's gain is paired: per held-out task, its
 success averaged over the seeds minus the base's, with the standard error over tasks; the seed spread is the
 standard error of the per-seed gains. Every trainer runs through its `main(config)` exactly as a Tandem run does,
@@ -151,7 +151,7 @@ def make_data(args: argparse.Namespace, policy_path: Path, data: Path, seed: int
     counts_file = data / "counts.json"
     if counts_file.is_file() and not args.fresh:
         return json.loads(counts_file.read_text())
-    from reward_models.finetune.common import load_policy_model
+    from reward_models.finetune.policy_model import load_policy_model
     from reward_models.policy.local import LocalCausalLMPolicy
 
     loaded = load_policy_model(policy_path)
@@ -240,7 +240,8 @@ def run_method(
     """Train one method on one seed's labels and judges (in `work`), and evaluate its last policy."""
     import importlib
 
-    from reward_models.finetune.common import evaluate_policy, load_policy_model
+    from reward_models.finetune.evaluation import evaluate_policy
+    from reward_models.finetune.policy_model import load_policy_model
 
     module_name, class_name, data_file, judge_settings, implied = TRAINERS[name]
     module = importlib.import_module(module_name)
@@ -274,7 +275,7 @@ def run_method(
 
 
 def _eval_config(args: argparse.Namespace, policy_path: Path):
-    from reward_models.finetune.common import PolicyTrainConfig
+    from reward_models.finetune.config import PolicyTrainConfig
 
     return PolicyTrainConfig(
         policy_path=str(policy_path), output_dir="unused", eval_tasks=args.eval_tasks, eval_samples=args.eval_samples
@@ -296,7 +297,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     overrides = json.loads(args.settings)
     policy_path = base_policy(args, work)
 
-    from reward_models.finetune.common import evaluate_policy, load_policy_model
+    from reward_models.finetune.evaluation import evaluate_policy
+    from reward_models.finetune.policy_model import load_policy_model
 
     loaded = load_policy_model(policy_path)
     base = evaluate_policy(

@@ -52,7 +52,7 @@ from feedback_app.models import (
 )
 from feedback_app.models.trajectories import TrajectorySource
 from reward_models.common import JudgeConfig, config_errors, config_from_dict
-from reward_models.finetune.common import PolicyTrainConfig
+from reward_models.finetune.config import PolicyTrainConfig
 from training import launch
 from training.launch import LaunchError, RolloutConfig
 

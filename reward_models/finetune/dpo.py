@@ -78,29 +78,19 @@ from reward_models.common import (
 )
 from reward_models.conversation import Message, message_tool_calls
 from reward_models.envs.base import Environment, message_action
-from reward_models.finetune.common import (
-    PolicyTrainConfig,
-    environment_factory,
-    evaluate_base,
-    final_metrics,
-    finished_policy,
-    is_messages,
-    load_policy_model,
-    lora_config,
+from reward_models.finetune.artifacts import finished_policy, save_trained_policy
+from reward_models.finetune.config import PolicyTrainConfig, environment_factory
+from reward_models.finetune.evaluation import evaluate_base, final_metrics
+from reward_models.finetune.loops import (
     make_accelerator,
     out_of_time,
-    pad_turns,
     process_share,
-    prompt_steps,
     resume_loop_checkpoint,
-    row_conversation,
     save_loop_checkpoint,
-    save_trained_policy,
-    token_logprobs,
-    train_with_resume,
-    trainer_time_limit,
-    trl_arguments,
 )
+from reward_models.finetune.policy_model import load_policy_model
+from reward_models.finetune.trl_runs import lora_config, train_with_resume, trainer_time_limit, trl_arguments
+from reward_models.finetune.turn_batches import is_messages, pad_turns, prompt_steps, row_conversation, token_logprobs
 from reward_models.policy.turns import TurnEncoding, encode_conversation
 
 if TYPE_CHECKING:

@@ -73,26 +73,19 @@ from reward_models.common import (
     require,
     trained_model,
 )
-from reward_models.finetune.common import (
-    PolicyTrainConfig,
-    environment_factory,
-    episode_encodings,
-    evaluate_base,
-    evaluate_policy,
-    finished_policy,
-    load_policy_model,
+from reward_models.finetune.artifacts import finished_policy, save_trained_policy
+from reward_models.finetune.config import PolicyTrainConfig, environment_factory, train_seeds_tasks
+from reward_models.finetune.evaluation import evaluate_base, evaluate_policy, success_gain
+from reward_models.finetune.loops import (
     make_accelerator,
     out_of_time,
-    pad_turns,
     resume_loop_checkpoint,
     rollout_progress,
     save_loop_checkpoint,
-    save_trained_policy,
     shared_rollout,
-    success_gain,
-    token_logprobs,
-    train_seeds_tasks,
 )
+from reward_models.finetune.policy_model import load_policy_model
+from reward_models.finetune.turn_batches import episode_encodings, pad_turns, token_logprobs
 from reward_models.policy.base import BatchedPolicy, Decision, text_decision
 from reward_models.rollout import episode_messages
 

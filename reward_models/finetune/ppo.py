@@ -71,30 +71,20 @@ from reward_models.common import (
     seed_everything,
 )
 from reward_models.envs.base import training_seeds
-from reward_models.finetune.common import (
+from reward_models.finetune.artifacts import finished_policy, save_trained_policy
+from reward_models.finetune.config import PolicyTrainConfig, environment_factory, train_seeds_tasks
+from reward_models.finetune.evaluation import evaluate_base, evaluate_policy, success_gain
+from reward_models.finetune.loops import (
     LOOP_STATE_FILE,
-    PolicyTrainConfig,
-    TurnBatch,
-    disable_dropout,
-    environment_factory,
-    episode_encodings,
-    evaluate_base,
-    evaluate_policy,
-    finished_policy,
-    load_policy_model,
     loop_checkpoints,
     make_accelerator,
     out_of_time,
-    pad_turns,
     resume_loop_checkpoint,
     rollout_progress,
     save_loop_checkpoint,
-    save_trained_policy,
     shared_rollout,
-    success_gain,
-    token_logprobs,
-    train_seeds_tasks,
 )
+from reward_models.finetune.policy_model import disable_dropout, load_policy_model
 from reward_models.finetune.ppo_rewards import (
     PRM_SHAPINGS,
     REWARD_LAYOUTS,
@@ -109,6 +99,7 @@ from reward_models.finetune.ppo_rewards import (
     oracle_rewards,
     whiten,
 )
+from reward_models.finetune.turn_batches import TurnBatch, episode_encodings, pad_turns, token_logprobs
 from reward_models.policy.turns import TurnEncoding
 
 if TYPE_CHECKING:

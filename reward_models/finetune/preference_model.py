@@ -360,7 +360,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from reward_models.finetune.common import process_share, resume_loop_checkpoint, save_loop_checkpoint
+    from reward_models.finetune.loops import process_share, resume_loop_checkpoint, save_loop_checkpoint
     from reward_models.reward import encode, fit_length, load_tokenizer
     from reward_models.steps import rows_style
 

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from reward_models.common import ConfigError, config_from_dict, read_manifest
-from reward_models.finetune.common import episode_encodings, load_policy_model, pad_turns, token_logprobs
 from reward_models.finetune.nash import (
     MixturePolicy,
     NashConfig,
@@ -25,8 +24,10 @@ from reward_models.finetune.nash import (
     reinforce_loss,
     win_rates,
 )
+from reward_models.finetune.policy_model import load_policy_model
 from reward_models.finetune.preference_model import PreferenceModelConfig
 from reward_models.finetune.preference_model import main as train_preference_model
+from reward_models.finetune.turn_batches import episode_encodings, pad_turns, token_logprobs
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
 from reward_models.policy.local import LocalCausalLMPolicy
 from reward_models.policy.model import save_policy
