@@ -8,7 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from feedback_app.models import EnvironmentSpec, Membership, Project
-from reward_models.envs.toolshop import TOOLS
+from reward_models.envs.toolshop_tools import TOOLS
 
 
 @pytest.fixture
