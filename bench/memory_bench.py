@@ -157,7 +157,7 @@ def generate(model, tokenizer, args) -> dict:
 
 def ppo_lora(model, tokenizer, args) -> dict:
     """One PPO iteration's memory, with Tandem's pieces: rollouts by `LocalCausalLMPolicy`, log-probabilities by
-    `common.token_logprobs` under autocast, the clipped loss on the completion tokens, and a LoRA value critic
+    `turn_batches.token_logprobs` under autocast, the clipped loss on the completion tokens, and a LoRA value critic
     fitted by `ppo_rewards.critic_forward`."""
     import torch
     from peft import LoraConfig, TaskType, get_peft_model

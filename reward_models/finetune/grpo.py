@@ -14,7 +14,7 @@ Prompts come from ``data_path`` (any exported conversational rows with a ``promp
 export the reward model was trained on: each distinct prompt, with its row's ``tools``, once) or, when it is empty,
 from the environment: the prompt of ``train_prompts`` training tasks (never a held-out one).
 
-After training, the policy is evaluated on the held-out tasks: multi-turn success (``common.evaluate_policy``) and,
+After training, the policy is evaluated on the held-out tasks: multi-turn success (``evaluation.evaluate_policy``) and,
 when the environment has an oracle, the single-turn figure itself: the share of held-out first observations whose
 greedy (and sampled) decision is an optimal move (``first_step_accuracy``).
 
