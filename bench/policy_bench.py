@@ -56,37 +56,38 @@ from reward_models import oracle_data  # noqa: E402
 from reward_models.common import SilentReporter, config_from_dict  # noqa: E402
 
 METHODS = ("sft", "dpo", "dpo_trajectory", "kto", "ppo", "nash_md", "spo", "grpo", "ppo_oracle")
-# Each method: its trainer module and config class, the file it learns from, and the judge models it needs.
+# Each method: its trainer module, its config class (as module.Class under reward_models.finetune), the file it learns
+# from, and the judge models it needs.
 TRAINERS: dict[str, tuple[str, str, str, dict[str, str], dict[str, Any]]] = {
-    "sft": ("reward_models.finetune.sft", "SFTConfig", "sft.jsonl", {}, {}),
-    "dpo": ("reward_models.finetune.dpo", "DPOConfig", "step_preference.jsonl", {}, {"level": "step"}),
+    "sft": ("reward_models.finetune.sft", "sft.SFTConfig", "sft.jsonl", {}, {}),
+    "dpo": ("reward_models.finetune.dpo", "dpo.DPOConfig", "step_preference.jsonl", {}, {"level": "step"}),
     "dpo_trajectory": (
         "reward_models.finetune.dpo",
-        "DPOConfig",
+        "dpo.DPOConfig",
         "preference.jsonl",
         {},
         {"level": "trajectory"},
     ),
-    "kto": ("reward_models.finetune.kto", "KTOConfig", "unpaired.jsonl", {}, {}),
+    "kto": ("reward_models.finetune.kto", "kto.KTOConfig", "unpaired.jsonl", {}, {}),
     "ppo": (
         "reward_models.finetune.ppo",
-        "PPOConfig",
+        "ppo_config.PPOConfig",
         "",
         {"reward_model_path": "rm", "prm_path": "prm"},
         {"selection_tasks": 0},
     ),
     "nash_md": (
         "reward_models.finetune.nash",
-        "NashConfig",
+        "nash.NashConfig",
         "",
         {"preference_model_path": "pm"},
         {"method": "nash_md"},
     ),
-    "spo": ("reward_models.finetune.nash", "NashConfig", "", {"preference_model_path": "pm"}, {"method": "spo"}),
-    "grpo": ("reward_models.finetune.grpo", "GRPOConfig", "", {"reward_model_path": "rm_first"}, {}),
+    "spo": ("reward_models.finetune.nash", "nash.NashConfig", "", {"preference_model_path": "pm"}, {"method": "spo"}),
+    "grpo": ("reward_models.finetune.grpo", "grpo.GRPOConfig", "", {"reward_model_path": "rm_first"}, {}),
     "ppo_oracle": (
         "reward_models.finetune.ppo",
-        "PPOConfig",
+        "ppo_config.PPOConfig",
         "",
         {},
         {"reward_source": "oracle", "selection_tasks": 0},
@@ -257,7 +258,9 @@ def run_method(
     }
     if data_file:
         values["data_path"] = str(work / "data" / data_file)
-    config = config_from_dict(getattr(module, class_name), values)
+    config_module, _, config_class = class_name.rpartition(".")
+    config_type = getattr(importlib.import_module(f"reward_models.finetune.{config_module}"), config_class)
+    config = config_from_dict(config_type, values)
     if args.fresh:
         import shutil
 

@@ -93,12 +93,12 @@ def up_share(policy_dir: Path) -> float:
 
 def train(method: str, policy_dir: Path, judge_dir: Path, output_dir: Path) -> dict:
     """A short run of `method` against the judge in `judge_dir`, without held-out evaluation or a KL penalty."""
-    from reward_models.finetune import grpo, nash, ppo
+    from reward_models.finetune import grpo, nash, ppo, ppo_config
 
     common = {"policy_path": str(policy_dir), "output_dir": str(output_dir), "kl_beta": 0.0, "eval_tasks": 0}
     common["save_steps"] = 1000
     if method == "ppo":
-        config = ppo.PPOConfig(
+        config = ppo_config.PPOConfig(
             **common,
             reward_source="model",
             reward_model_path=str(judge_dir),

@@ -14,18 +14,13 @@ import torch
 
 from reward_models.common import ConfigError, config_from_dict, fresh_accelerator
 from reward_models.envs.gridworld import GridWorld
-from reward_models.finetune.dpo import (
-    DPOConfig,
+from reward_models.finetune.dpo import DPOConfig, main, pair_counts, row_problems, sequence_logprobs, step_trainer
+from reward_models.finetune.dpo_pairs import (
     PreferencePair,
     action_counts,
     action_key,
     balance_by_action,
-    main,
-    pair_counts,
     preference_pairs,
-    row_problems,
-    sequence_logprobs,
-    step_trainer,
 )
 from reward_models.finetune.policy_model import load_policy_model
 from reward_models.finetune.turn_batches import pad_turns

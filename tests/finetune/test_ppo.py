@@ -16,7 +16,8 @@ import torch
 
 from reward_models.common import ConfigError, config_from_dict
 from reward_models.conversation import split_conversation
-from reward_models.finetune.ppo import PPOConfig, main, setup_run
+from reward_models.finetune.ppo import main, setup_run
+from reward_models.finetune.ppo_config import PPOConfig
 from reward_models.finetune.ppo_rewards import (
     RunningMoments,
     charge_invalid_turns,
@@ -269,7 +270,7 @@ def test_the_prm_shaping_charges_bad_steps_and_never_pays_for_length(judges):
 
 
 def test_a_prm_alone_is_a_judge_but_not_with_the_penalty_shaping(judges, tmp_path):
-    from reward_models.finetune.ppo import PPOConfig
+    from reward_models.finetune.ppo_config import PPOConfig
 
     prm = str(judges["prm_path"])
     shared = {"policy_path": str(tmp_path), "output_dir": str(tmp_path / "out"), "reward_source": "model"}
