@@ -68,10 +68,10 @@ def judge_dir(tmp_path) -> Path:
 @pytest.fixture
 def stand_in_judges(monkeypatch):
     from reward_models import reward
-    from reward_models.finetune import preference_model
+    from reward_models.finetune import preference_scoring
 
     monkeypatch.setattr(reward, "load_reward_model", lambda *args, **kwargs: UpRewardModel())
-    monkeypatch.setattr(preference_model, "load_preference_model", lambda *args, **kwargs: UpPreferenceModel())
+    monkeypatch.setattr(preference_scoring, "load_preference_model", lambda *args, **kwargs: UpPreferenceModel())
 
 
 def up_share(policy_dir: Path) -> float:
