@@ -1,5 +1,5 @@
-"""How long step DPO's per-action balancing (`reward_models.finetune.dpo.balance_by_action`) takes as the number of
-distinct actions grows, and how many pairs it keeps. Prints one line per size and writes them as JSON.
+"""How long step DPO's per-action balancing (`reward_models.finetune.dpo_pairs.balance_by_action`) takes as the number
+of distinct actions grows, and how many pairs it keeps. Prints one line per size and writes them as JSON.
 
     .venv/bin/python bench/dpo_balance.py                      # 10, 13 and 50 actions, 40 pairs per action
     .venv/bin/python bench/dpo_balance.py --actions 10 100 1000 --pairs_per_action 100
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from reward_models.finetune.dpo import PreferencePair, action_counts, balance_by_action  # noqa: E402
+from reward_models.finetune.dpo_pairs import PreferencePair, action_counts, balance_by_action  # noqa: E402
 from reward_models.policy.turns import TurnEncoding  # noqa: E402
 
 

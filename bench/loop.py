@@ -625,7 +625,7 @@ class Loop:
     # A case
 
     def run_case(self, case: str) -> tuple[dict[str, Any], list[Point]]:
-        from reward_models.finetune.common import success_gain
+        from reward_models.finetune.evaluation import success_gain
 
         self.local.case = case
         info = self.setup["projects"][case]

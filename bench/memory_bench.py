@@ -157,14 +157,15 @@ def generate(model, tokenizer, args) -> dict:
 
 def ppo_lora(model, tokenizer, args) -> dict:
     """One PPO iteration's memory, with Tandem's pieces: rollouts by `LocalCausalLMPolicy`, log-probabilities by
-    `common.token_logprobs` under autocast, the clipped loss on the completion tokens, and a LoRA value critic
+    `turn_batches.token_logprobs` under autocast, the clipped loss on the completion tokens, and a LoRA value critic
     fitted by `ppo_rewards.critic_forward`."""
     import torch
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import Qwen2Config, Qwen2ForTokenClassification
 
-    from reward_models.finetune.common import disable_dropout, pad_turns, token_logprobs
+    from reward_models.finetune.policy_model import disable_dropout
     from reward_models.finetune.ppo_rewards import CriticWindow, critic_forward
+    from reward_models.finetune.turn_batches import pad_turns, token_logprobs
     from reward_models.policy.turns import TurnEncoding
 
     autocast = _autocast(args)
@@ -229,7 +230,7 @@ def dpo(model, tokenizer, args) -> dict:
     computed first without gradients, as the trajectory-level DPO trainer does."""
     import torch
 
-    from reward_models.finetune.common import pad_turns, token_logprobs
+    from reward_models.finetune.turn_batches import pad_turns, token_logprobs
     from reward_models.policy.turns import TurnEncoding
 
     autocast = _autocast(args)

@@ -30,7 +30,7 @@ What the simulated annotators give (`reward_models.oracle_data`), all on the bas
   answer the environment cannot parse): the single-turn reward model of GRPO.
 
 Each seed draws its own rollouts, labels, judge models and training; the base policy and its evaluation are shared.
-Held-out success is measured by the same `finetune.common.evaluate_policy` with the same seeds for the base and
+Held-out success is measured by the same `finetune.evaluation.evaluate_policy` with the same seeds for the base and
 every trained policy (sampled: `--eval_samples` episodes per task). A method's gain is paired: per held-out task, its
 success averaged over the seeds minus the base's, with the standard error over tasks; the seed spread is the
 standard error of the per-seed gains. Every trainer runs through its `main(config)` exactly as a Tandem run does,
@@ -56,37 +56,38 @@ from reward_models import oracle_data  # noqa: E402
 from reward_models.common import SilentReporter, config_from_dict  # noqa: E402
 
 METHODS = ("sft", "dpo", "dpo_trajectory", "kto", "ppo", "nash_md", "spo", "grpo", "ppo_oracle")
-# Each method: its trainer module and config class, the file it learns from, and the judge models it needs.
+# Each method: its trainer module, its config class (as module.Class under reward_models.finetune), the file it learns
+# from, and the judge models it needs.
 TRAINERS: dict[str, tuple[str, str, str, dict[str, str], dict[str, Any]]] = {
-    "sft": ("reward_models.finetune.sft", "SFTConfig", "sft.jsonl", {}, {}),
-    "dpo": ("reward_models.finetune.dpo", "DPOConfig", "step_preference.jsonl", {}, {"level": "step"}),
+    "sft": ("reward_models.finetune.sft", "sft.SFTConfig", "sft.jsonl", {}, {}),
+    "dpo": ("reward_models.finetune.dpo", "dpo.DPOConfig", "step_preference.jsonl", {}, {"level": "step"}),
     "dpo_trajectory": (
         "reward_models.finetune.dpo",
-        "DPOConfig",
+        "dpo.DPOConfig",
         "preference.jsonl",
         {},
         {"level": "trajectory"},
     ),
-    "kto": ("reward_models.finetune.kto", "KTOConfig", "unpaired.jsonl", {}, {}),
+    "kto": ("reward_models.finetune.kto", "kto.KTOConfig", "unpaired.jsonl", {}, {}),
     "ppo": (
         "reward_models.finetune.ppo",
-        "PPOConfig",
+        "ppo_config.PPOConfig",
         "",
         {"reward_model_path": "rm", "prm_path": "prm"},
         {"selection_tasks": 0},
     ),
     "nash_md": (
         "reward_models.finetune.nash",
-        "NashConfig",
+        "nash.NashConfig",
         "",
         {"preference_model_path": "pm"},
         {"method": "nash_md"},
     ),
-    "spo": ("reward_models.finetune.nash", "NashConfig", "", {"preference_model_path": "pm"}, {"method": "spo"}),
-    "grpo": ("reward_models.finetune.grpo", "GRPOConfig", "", {"reward_model_path": "rm_first"}, {}),
+    "spo": ("reward_models.finetune.nash", "nash.NashConfig", "", {"preference_model_path": "pm"}, {"method": "spo"}),
+    "grpo": ("reward_models.finetune.grpo", "grpo.GRPOConfig", "", {"reward_model_path": "rm_first"}, {}),
     "ppo_oracle": (
         "reward_models.finetune.ppo",
-        "PPOConfig",
+        "ppo_config.PPOConfig",
         "",
         {},
         {"reward_source": "oracle", "selection_tasks": 0},
@@ -151,7 +152,7 @@ def make_data(args: argparse.Namespace, policy_path: Path, data: Path, seed: int
     counts_file = data / "counts.json"
     if counts_file.is_file() and not args.fresh:
         return json.loads(counts_file.read_text())
-    from reward_models.finetune.common import load_policy_model
+    from reward_models.finetune.policy_model import load_policy_model
     from reward_models.policy.local import LocalCausalLMPolicy
 
     loaded = load_policy_model(policy_path)
@@ -240,7 +241,8 @@ def run_method(
     """Train one method on one seed's labels and judges (in `work`), and evaluate its last policy."""
     import importlib
 
-    from reward_models.finetune.common import evaluate_policy, load_policy_model
+    from reward_models.finetune.evaluation import evaluate_policy
+    from reward_models.finetune.policy_model import load_policy_model
 
     module_name, class_name, data_file, judge_settings, implied = TRAINERS[name]
     module = importlib.import_module(module_name)
@@ -256,7 +258,9 @@ def run_method(
     }
     if data_file:
         values["data_path"] = str(work / "data" / data_file)
-    config = config_from_dict(getattr(module, class_name), values)
+    config_module, _, config_class = class_name.rpartition(".")
+    config_type = getattr(importlib.import_module(f"reward_models.finetune.{config_module}"), config_class)
+    config = config_from_dict(config_type, values)
     if args.fresh:
         import shutil
 
@@ -274,7 +278,7 @@ def run_method(
 
 
 def _eval_config(args: argparse.Namespace, policy_path: Path):
-    from reward_models.finetune.common import PolicyTrainConfig
+    from reward_models.finetune.config import PolicyTrainConfig
 
     return PolicyTrainConfig(
         policy_path=str(policy_path), output_dir="unused", eval_tasks=args.eval_tasks, eval_samples=args.eval_samples
@@ -296,7 +300,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     overrides = json.loads(args.settings)
     policy_path = base_policy(args, work)
 
-    from reward_models.finetune.common import evaluate_policy, load_policy_model
+    from reward_models.finetune.evaluation import evaluate_policy
+    from reward_models.finetune.policy_model import load_policy_model
 
     loaded = load_policy_model(policy_path)
     base = evaluate_policy(

@@ -41,7 +41,7 @@ from feedback_app.models import (
 )
 from feedback_app.models.trajectories import PolicyKind, TaskSplit
 from reward_models.common import CHECKPOINT_DIR, ConfigError, config_errors, config_from_dict
-from reward_models.finetune import dpo, grpo, kto, nash, ppo, sft
+from reward_models.finetune import dpo, grpo, kto, nash, ppo, ppo_config, sft
 from training import data_checks
 from training.judges import LaunchError, default_base_policy, json_safe
 from training.rollouts import RolloutConfig, create_rollout_run
@@ -85,7 +85,7 @@ TRAINERS: dict[str, Trainer] = {
     RunKind.SFT: Trainer.of(sft, sft.SFTConfig, {"sft": {}}),
     RunKind.PPO: Trainer.of(
         ppo,
-        ppo.PPOConfig,
+        ppo_config.PPOConfig,
         judge_inputs={
             "reward_model_path": (JudgeKind.REWARD_MODEL,),
             "prm_path": (JudgeKind.PRM,),

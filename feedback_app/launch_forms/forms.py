@@ -20,7 +20,7 @@ from typing import Any
 
 from feedback_app.models import JudgeKind, RunKind
 from reward_models.common import JudgeConfig
-from reward_models.finetune.common import PolicyTrainConfig
+from reward_models.finetune.config import PolicyTrainConfig
 from training import launch
 from training.launch import LaunchError, RolloutConfig
 

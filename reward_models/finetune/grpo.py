@@ -14,7 +14,7 @@ Prompts come from ``data_path`` (any exported conversational rows with a ``promp
 export the reward model was trained on: each distinct prompt, with its row's ``tools``, once) or, when it is empty,
 from the environment: the prompt of ``train_prompts`` training tasks (never a held-out one).
 
-After training, the policy is evaluated on the held-out tasks: multi-turn success (``common.evaluate_policy``) and,
+After training, the policy is evaluated on the held-out tasks: multi-turn success (``evaluation.evaluate_policy``) and,
 when the environment has an oracle, the single-turn figure itself: the share of held-out first observations whose
 greedy (and sampled) decision is an optimal move (``first_step_accuracy``).
 
@@ -62,17 +62,10 @@ from reward_models.common import (
 )
 from reward_models.conversation import Message
 from reward_models.envs.base import message_action, prompt_messages, task_tools
-from reward_models.finetune.common import (
-    PolicyTrainConfig,
-    environment_factory,
-    evaluate_base,
-    evaluate_policy,
-    finished_policy,
-    load_policy_model,
-    save_trained_policy,
-    success_gain,
-    train_seeds_tasks,
-)
+from reward_models.finetune.artifacts import finished_policy, save_trained_policy
+from reward_models.finetune.config import PolicyTrainConfig, environment_factory, train_seeds_tasks
+from reward_models.finetune.evaluation import evaluate_base, evaluate_policy, success_gain
+from reward_models.finetune.policy_model import load_policy_model
 from reward_models.policy.turns import render_prompt
 
 KIND = "policy"

@@ -27,15 +27,15 @@ Two methods, chosen by ``method``:
   critic (as in GRPO and RLOO); `scale_advantages` optionally divides by the group's standard deviation. Win rates
   of a symmetric preference model always average 1/2 within a group, so the baseline is 1/2.
 
-The policy is loaded with its dropout switched off (`common.disable_dropout`, as PPO's), so the update passes score
-it as it sampled the rollouts: the log-probabilities in the loss are those of the policy that played, and a frozen
-reference equal to the policy gives them exactly (KL 0), also for checkpoints trained with dropout (GPT-2's 0.1
+The policy is loaded with its dropout switched off (`policy_model.disable_dropout`, as PPO's), so the update passes
+score it as it sampled the rollouts: the log-probabilities in the loss are those of the policy that played, and a
+frozen reference equal to the policy gives them exactly (KL 0), also for checkpoints trained with dropout (GPT-2's 0.1
 everywhere).
 
 Only the policy's own tokens (every assistant turn, exactly the token ids it generated) are in the loss: turns are
-encoded with ``common.episode_encodings`` and scored with ``common.token_logprobs``, so observation and tool-result
-tokens are context only. The preference model reads each episode's conversation as the `preference` export lays out a
-trajectory (the prompt, then the rest of the conversation), with the task's tools.
+encoded with ``turn_batches.episode_encodings`` and scored with ``turn_batches.token_logprobs``, so observation and
+tool-result tokens are context only. The preference model reads each episode's conversation as the `preference` export
+lays out a trajectory (the prompt, then the rest of the conversation), with the task's tools.
 
 The mixture policy (`MixturePolicy`) decodes token by token with both models' KV caches and samples from the
 renormalised mixed distribution; it plugs into ``reward_models.rollout.rollout`` like any policy.
@@ -57,47 +57,37 @@ Defaults suit the tiny gridworld policy on a CPU (a few minutes on 2 cores). For
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    ConfigError,
-    Reporter,
-    SilentReporter,
-    cli,
-    read_manifest,
-    require,
-    trained_model,
-)
-from reward_models.finetune.common import (
-    PolicyTrainConfig,
-    environment_factory,
-    episode_encodings,
-    evaluate_base,
-    evaluate_policy,
-    finished_policy,
-    load_policy_model,
+from reward_models.common import ConfigError, Reporter, SilentReporter, cli, read_manifest, require, trained_model
+from reward_models.finetune.artifacts import finished_policy, save_trained_policy
+from reward_models.finetune.config import PolicyTrainConfig, environment_factory, train_seeds_tasks
+from reward_models.finetune.evaluation import evaluate_base, evaluate_policy, success_gain
+from reward_models.finetune.loops import (
     make_accelerator,
     out_of_time,
-    pad_turns,
     resume_loop_checkpoint,
     rollout_progress,
     save_loop_checkpoint,
-    save_trained_policy,
     shared_rollout,
-    success_gain,
-    token_logprobs,
-    train_seeds_tasks,
 )
-from reward_models.policy.base import BatchedPolicy, Decision, text_decision
+from reward_models.finetune.nash_mixture import MixturePolicy
+from reward_models.finetune.nash_objectives import (
+    group_advantages,
+    preference_pair,
+    reinforce_kl_loss,
+    reinforce_loss,
+    win_rates,
+)
+from reward_models.finetune.policy_model import load_policy_model
+from reward_models.finetune.turn_batches import episode_encodings, pad_turns, token_logprobs
 from reward_models.rollout import episode_messages
 
 if TYPE_CHECKING:
-    import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from reward_models.rollout import Episode
@@ -160,156 +150,6 @@ class NashConfig(PolicyTrainConfig):
         require(self.max_grad_norm > 0, "max_grad_norm", "must be positive")
 
 
-# --- the geometric mixture ---------------------------------------------------------------------------------------
-
-
-def mixture_logprobs(policy_logits: torch.Tensor, reference_logits: torch.Tensor, alpha: float) -> torch.Tensor:
-    """Log-probabilities of the normalised geometric mixture pi^(1-alpha) * pi_ref^alpha / Z over the last axis."""
-    mixed = (1.0 - alpha) * policy_logits.float().log_softmax(-1) + alpha * reference_logits.float().log_softmax(-1)
-    return mixed.log_softmax(-1)
-
-
-class MixturePolicy(BatchedPolicy):
-    """A `Policy` that writes each token from the geometric mixture of `model` and `reference`
-    (`mixture_logprobs`), decoding both models step by step with their KV caches. Greedy takes the mixture's
-    argmax; sampling draws from it at `temperature`. ``Decision.logprob`` is under the mixture."""
-
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        reference: PreTrainedModel,
-        tokenizer: PreTrainedTokenizerBase,
-        alpha: float,
-        *,
-        history_window: int | None,
-        max_new_tokens: int,
-        batch_size: int = 256,
-    ) -> None:
-        if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
-        self.model, self.reference, self.tokenizer, self.alpha = model, reference, tokenizer, alpha
-        self.history_window = history_window
-        self.max_new_tokens = max_new_tokens
-        self.batch_size = batch_size
-        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-    def prompt_batch(self, prompts: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
-        """The prompts' token ids padded on the left, on the policy's device."""
-        return self.left_padded(prompts, self.model.device)
-
-    def _generate(self, prompts: list[list[int]], greedy: bool, temperature: float, seed: int) -> list[Decision]:
-        import torch
-
-        batch = self.prompt_batch(prompts)
-        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-        device = input_ids.device
-        generator = torch.Generator(device=device).manual_seed(seed % 2**63)
-        eos = self.tokenizer.eos_token_id
-        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        states = {id(self.model): self.model.training, id(self.reference): self.reference.training}
-        self.model.eval()
-        self.reference.eval()
-        tokens, logprobs = [], []
-        finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=device)
-        try:
-            with torch.inference_mode():
-                step_ids, caches = input_ids, (None, None)
-                for _ in range(self.max_new_tokens):
-                    outputs = [
-                        model(
-                            input_ids=step_ids,
-                            attention_mask=attention_mask,
-                            position_ids=positions,
-                            past_key_values=cache,
-                            use_cache=True,
-                        )
-                        for model, cache in zip((self.model, self.reference), caches, strict=True)
-                    ]
-                    caches = tuple(output.past_key_values for output in outputs)
-                    mixed = mixture_logprobs(outputs[0].logits[:, -1], outputs[1].logits[:, -1], self.alpha)
-                    if greedy:
-                        chosen = mixed.argmax(-1)
-                    else:
-                        chosen = torch.multinomial((mixed / temperature).softmax(-1), 1, generator=generator)[:, 0]
-                    chosen = torch.where(finished, torch.full_like(chosen, self.pad_token_id), chosen)
-                    tokens.append(chosen)
-                    logprobs.append(torch.where(finished, 0.0, mixed.gather(-1, chosen[:, None])[:, 0]))
-                    finished = finished | (chosen == eos)
-                    if bool(finished.all()):
-                        break
-                    step_ids = chosen[:, None]
-                    attention_mask = torch.cat([attention_mask, torch.ones_like(step_ids)], dim=1)
-                    positions = positions[:, -1:] + 1
-        finally:
-            self.model.train(states[id(self.model)])
-            self.reference.train(states[id(self.reference)])
-
-        generated = torch.stack(tokens, dim=1)
-        summed = torch.stack(logprobs, dim=1).sum(-1)
-        decisions = []
-        for row in range(generated.shape[0]):
-            ids = generated[row].tolist()
-            if eos in ids:
-                ids = ids[: ids.index(eos) + 1]
-            # The generated text exactly, as `LocalCausalLMPolicy` keeps it: special tokens dropped, nothing stripped.
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            decisions.append(text_decision(text, logprob=float(summed[row]), token_ids=ids))
-        return decisions
-
-
-# --- rewards -----------------------------------------------------------------------------------------------------
-
-
-def preference_pair(episode: Episode, opponent: Episode) -> tuple[list, list, list]:
-    """``(prompt, ours, theirs)`` as the `preference` export lays out two trajectories of one task: the shared
-    prompt, then the rest of each conversation (every turn, tool result and observation, the final one included)."""
-    cut = len(episode.prompt)
-    return episode.prompt, episode_messages(episode)[cut:], episode_messages(opponent)[cut:]
-
-
-def win_rates(matrix: Sequence[Sequence[float]]) -> list[float]:
-    """Each sample's mean P(i > j) over the other samples j of its group (SPO's reward)."""
-    k = len(matrix)
-    if k < 2:
-        raise ValueError("win rates need at least two samples")
-    return [sum(matrix[i][j] for j in range(k) if j != i) / (k - 1) for i in range(k)]
-
-
-def group_advantages(rewards: Sequence[float], scale: bool = False) -> list[float]:
-    """Rewards minus their group mean (divided by the group's standard deviation when `scale`, unless it is 0)."""
-    mean = sum(rewards) / len(rewards)
-    centred = [reward - mean for reward in rewards]
-    if scale:
-        std = math.sqrt(sum(value * value for value in centred) / len(centred))
-        if std > 1e-8:
-            return [value / std for value in centred]
-    return centred
-
-
-# --- the loss ----------------------------------------------------------------------------------------------------
-
-
-def reinforce_loss(logprobs: torch.Tensor, coefficients: torch.Tensor, episodes: int) -> torch.Tensor:
-    """SPO's summed loss of a batch of turns: `logprobs` (B, T) from `common.token_logprobs` (0 off completion
-    tokens), `coefficients` (B,) the advantage of the episode each turn belongs to; divided by the iteration's number
-    of `episodes`. Per token: - advantage * log pi."""
-    return -(coefficients[:, None].to(logprobs.dtype) * logprobs).sum() / episodes
-
-
-def reinforce_kl_loss(
-    logprobs: torch.Tensor,
-    reference_logprobs: torch.Tensor,
-    coefficients: torch.Tensor,
-    kl_beta: float,
-    episodes: int,
-) -> torch.Tensor:
-    """Nash-MD's summed loss of a batch of turns: `reinforce_loss` plus the KL penalty, with `reference_logprobs`
-    (B, T) like `logprobs` but without gradient. Per token: kl_beta * sg(log pi - log pi_ref) * log pi - advantage *
-    log pi."""
-    log_ratio = (logprobs.detach() - reference_logprobs).detach()
-    return (kl_beta * log_ratio * logprobs).sum() / episodes + reinforce_loss(logprobs, coefficients, episodes)
-
-
 # --- training ----------------------------------------------------------------------------------------------------
 
 
@@ -324,7 +164,7 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
     directory to `config.output_dir`; returns the summary (also kept in the manifest)."""
     import torch
 
-    from reward_models.finetune.preference_model import load_preference_model
+    from reward_models.finetune.preference_scoring import load_preference_model
     from reward_models.policy.local import LocalCausalLMPolicy
 
     reporter = reporter or SilentReporter()

@@ -13,9 +13,9 @@ part can express intransitive preferences (a > b > c > a), which no reward model
 is Bradley-Terry. Each trajectory is encoded once, so the k x k win matrix SPO needs costs k encodings, not k^2
 joint ones. Ties train toward P = 1/2 (``ties="tie_loss"``) or are dropped.
 
-`load_preference_model(path)` loads either this model or a Bradley-Terry reward model directory that
-`reward_models.reward` wrote (its `preference_probabilities`), behind one interface: ``.probability(pairs, tools)``
-for ``(prompt, a, b)`` triples and ``.win_matrix(prompt, completions, tools)`` for the samples of one task. Rows and
+`preference_scoring.load_preference_model(path)` loads either this model or a Bradley-Terry reward model directory that
+`reward_models.reward` wrote (its `preference_probabilities`), behind one interface: ``.probability(pairs, tools)`` for
+``(prompt, a, b)`` triples and ``.win_matrix(prompt, completions, tools)`` for the samples of one task. Rows and
 trajectories are read as `reward_models.reward` reads them: conversations through the chat template with the task's
 ``tools``, and a model trained on text rows reads a conversation's transcript.
 
@@ -59,7 +59,6 @@ from reward_models.common import (
     cli,
     finished_summary,
     fresh_accelerator,
-    read_manifest,
     read_rows,
     require,
     resolve_precision,
@@ -70,19 +69,20 @@ from reward_models.common import (
     with_local_base,
     write_manifest,
 )
+from reward_models.finetune.preference_scoring import (
+    KIND,
+    PreferenceModel,
+    RewardModelPreference,
+    forward_heads,
+    pair_scores,
+)
 from reward_models.policy.turns import JUDGE_LAYOUTS, judge_pair
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-KIND = "preference_model"
 LAYOUTS = JUDGE_LAYOUTS
 TIE_MODES = ("drop", "tie_loss")
-
-Conversation = str | Sequence[Mapping[str, Any]]
-Pair = tuple[Conversation, Conversation, Conversation]  # (prompt, a, b)
-Tools = Sequence[dict[str, Any]] | None
 
 
 @dataclass
@@ -115,191 +115,7 @@ class PreferenceModelConfig(JudgeConfig):
         require(self.warmup_steps >= 0, "warmup_steps", "must be 0 or positive")
 
 
-# --- the pairwise score ------------------------------------------------------------------------------------------
-
-
-def pair_scores(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
-    """s(a, b) for rows of head outputs ``[u, z_0, z_1, ...]`` (shape (..., 1 + 2k)); antisymmetric in its
-    arguments, so sigmoid of it is P(a > b) with P(a > b) + P(b > a) = 1."""
-    score = first[..., 0] - second[..., 0]
-    if first.shape[-1] > 1:
-        za, zb = first[..., 1:], second[..., 1:]
-        score = score + (za[..., 0::2] * zb[..., 1::2] - za[..., 1::2] * zb[..., 0::2]).sum(-1)
-    return score
-
-
-# --- the loader --------------------------------------------------------------------------------------------------
-
-
-class PreferenceModel:
-    """P(a > b) between completions of the same prompt.
-
-    >>> model = load_preference_model("var/models/preference")  # doctest: +SKIP
-    >>> model.probability([(prompt, trajectory_a, trajectory_b)])  # doctest: +SKIP
-    [0.93]
-    """
-
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        tokenizer: PreTrainedTokenizerBase,
-        *,
-        layout: str = "full",
-        max_length: int = 1024,
-        batch_size: int = 16,
-        style: str = "conversational",
-    ) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.layout = layout
-        self.max_length = max_length
-        self.batch_size = batch_size
-        self.style = style
-
-    def encode(self, prompt: Conversation, completion: Conversation, tools: Tools = None) -> list[int]:
-        from reward_models.reward import encode_as_trained
-
-        return encode_as_trained(
-            self.tokenizer, prompt, completion, tools, style=self.style, layout=self.layout, max_length=self.max_length
-        )
-
-    def heads(
-        self, prompts: Sequence[Conversation], completions: Sequence[Conversation], tools: Sequence[Tools] = ()
-    ) -> torch.Tensor:
-        """(N, 1 + 2k) head outputs, one row per completion (no gradient)."""
-        import torch
-
-        offered = list(tools) or [None] * len(prompts)
-        sequences = [self.encode(p, c, t) for p, c, t in zip(prompts, completions, offered, strict=True)]
-        was_training = self.model.training
-        self.model.eval()
-        with torch.no_grad():
-            out = _forward_heads(self.model, sequences, self.batch_size)
-        self.model.train(was_training)
-        return out
-
-    def probability(self, pairs: Sequence[Pair], tools: Sequence[Tools] = ()) -> list[float]:
-        """P(a > b) for each ``(prompt, a, b)`` (with `tools`, one list of tool schemas or None per pair, for the
-        chat template); each distinct completion is encoded once."""
-        if not pairs:
-            return []
-        offered = list(tools) or [None] * len(pairs)
-        index: dict[str, int] = {}
-        prompts, completions, example_tools = [], [], []
-        keys = []
-        for (prompt, a, b), pair_tools in zip(pairs, offered, strict=True):
-            row = []
-            for completion in (a, b):
-                key = repr((prompt, completion, pair_tools))
-                if key not in index:
-                    index[key] = len(prompts)
-                    prompts.append(prompt)
-                    completions.append(completion)
-                    example_tools.append(pair_tools)
-                row.append(index[key])
-            keys.append(row)
-        heads = self.heads(prompts, completions, example_tools)
-        first = heads[[a for a, _ in keys]]
-        second = heads[[b for _, b in keys]]
-        return pair_scores(first, second).sigmoid().tolist()
-
-    def win_matrix(
-        self, prompt: Conversation, completions: Sequence[Conversation], tools: Tools = None
-    ) -> list[list[float]]:
-        """``[i][j]`` = P(completion i > completion j) for the completions of one prompt (1/2 on the diagonal)."""
-        heads = self.heads([prompt] * len(completions), completions, [tools] * len(completions))
-        return pair_scores(heads[:, None, :], heads[None, :, :]).sigmoid().tolist()
-
-
-class RewardModelPreference:
-    """A Bradley-Terry reward model (`reward_models.reward`) behind the preference-model interface."""
-
-    def __init__(self, reward_model: Any, layout: str = "full") -> None:
-        self.reward_model = reward_model
-        self.layout = layout
-
-    def probability(self, pairs: Sequence[Pair], tools: Sequence[Tools] = ()) -> list[float]:
-        if not pairs:
-            return []
-        laid = [(judge_pair(p, a, self.layout), judge_pair(p, b, self.layout)) for p, a, b in pairs]
-        probabilities, _ = self.reward_model.preference_probabilities(
-            [pa[0] for pa, _ in laid], [pa[1] for pa, _ in laid], [pb[1] for _, pb in laid], tools
-        )
-        return probabilities
-
-    def win_matrix(
-        self, prompt: Conversation, completions: Sequence[Conversation], tools: Tools = None
-    ) -> list[list[float]]:
-        laid = [judge_pair(prompt, completion, self.layout) for completion in completions]
-        scores, _ = self.reward_model.score([p for p, _ in laid], [c for _, c in laid], [tools] * len(laid))
-        return [[_sigmoid(a - b) for b in scores] for a in scores]
-
-
-def load_preference_model(
-    path: str | Path, device: str | None = None, *, layout: str | None = None
-) -> PreferenceModel | RewardModelPreference:
-    """The preference model in `path`: one this module trained, or a Bradley-Terry reward model directory (P(a > b)
-    = sigmoid(r_a - r_b)). `layout` overrides the stored one (a reward model stores none: default ``full``)."""
-    import torch
-    from transformers import AutoModelForSequenceClassification
-
-    path = Path(path)
-    try:
-        manifest = read_manifest(path)
-    except FileNotFoundError as exc:
-        raise ConfigError("preference_model_path", str(exc)) from None
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if manifest.get("kind") == "reward_model":
-        from reward_models.reward import load_reward_model
-
-        return RewardModelPreference(load_reward_model(path, device), layout or "full")
-    if manifest.get("kind") != KIND:
-        raise ConfigError(
-            "preference_model_path", f"{path} holds a {manifest.get('kind')!r}, not a preference or reward model"
-        )
-    from reward_models.reward import load_tokenizer
-
-    config = manifest["config"]
-    model = AutoModelForSequenceClassification.from_pretrained(str(path / "model")).to(device).eval()
-    return PreferenceModel(
-        model,
-        load_tokenizer(path / "model"),
-        layout=layout or config["layout"],
-        max_length=config["max_length"],
-        batch_size=config["batch_size"],
-        # A model written before the manifest recorded its style trained on the default, conversational rows.
-        style=manifest.get("style", "conversational"),
-    )
-
-
 # --- training ----------------------------------------------------------------------------------------------------
-
-
-def _forward_heads(model: PreTrainedModel, sequences: Sequence[list[int]], batch_size: int) -> torch.Tensor:
-    """Head outputs for token sequences, right-padded in length-sorted batches (the head reads the last token that
-    is not padding); with gradient when the caller has it on."""
-    import torch
-    from accelerate.utils import extract_model_from_parallel
-
-    device = next(model.parameters()).device
-    pad = extract_model_from_parallel(model).config.get_text_config().pad_token_id
-    order = sorted(range(len(sequences)), key=lambda index: len(sequences[index]))
-    pieces, placed = [], []
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
-        width = max(len(sequences[index]) for index in batch)
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, index in enumerate(batch):
-            input_ids[row, : len(sequences[index])] = torch.tensor(sequences[index])
-            attention_mask[row, : len(sequences[index])] = 1
-        logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False)
-        pieces.append(logits.logits.float())
-        placed += batch
-    out = torch.cat(pieces)
-    inverse = torch.empty(len(placed), dtype=torch.long)
-    inverse[torch.tensor(placed)] = torch.arange(len(placed))
-    return out[inverse.to(out.device)]
 
 
 def pair_loss(chosen: torch.Tensor, rejected: torch.Tensor, tie: torch.Tensor) -> torch.Tensor:
@@ -360,7 +176,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from reward_models.finetune.common import process_share, resume_loop_checkpoint, save_loop_checkpoint
+    from reward_models.finetune.loops import process_share, resume_loop_checkpoint, save_loop_checkpoint
     from reward_models.reward import encode, fit_length, load_tokenizer
     from reward_models.steps import rows_style
 
@@ -430,7 +246,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
         batch = [order[(offset + i) % len(order)] for i in range(min(config.batch_size, len(order)))]
         batch = process_share(accelerator, batch)
         with accelerator.autocast():
-            heads = _forward_heads(
+            heads = forward_heads(
                 model, [chosen_ids[i] for i in batch] + [rejected_ids[i] for i in batch], config.batch_size * 2
             )
             loss = pair_loss(heads[: len(batch)], heads[len(batch) :], torch.tensor([tie_flags[i] for i in batch]))
@@ -496,10 +312,6 @@ def _warmup_linear(warmup: int, total: int):
         return max(0.0, (total - step) / max(1, total - warmup))
 
     return factor
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -55,20 +55,12 @@ from reward_models.common import (
     trained_model,
     trainer_callback,
 )
-from reward_models.finetune.common import (
-    PolicyTrainConfig,
-    evaluate_base,
-    final_metrics,
-    finished_policy,
-    is_messages,
-    load_policy_model,
-    lora_config,
-    row_conversation,
-    save_trained_policy,
-    train_with_resume,
-    trainer_time_limit,
-    trl_arguments,
-)
+from reward_models.finetune.artifacts import finished_policy, save_trained_policy
+from reward_models.finetune.config import PolicyTrainConfig
+from reward_models.finetune.evaluation import evaluate_base, final_metrics
+from reward_models.finetune.policy_model import load_policy_model
+from reward_models.finetune.trl_runs import lora_config, train_with_resume, trainer_time_limit, trl_arguments
+from reward_models.finetune.turn_batches import is_messages, row_conversation
 from reward_models.policy.turns import encode_conversation
 
 if TYPE_CHECKING:

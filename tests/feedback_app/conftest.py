@@ -18,7 +18,7 @@ from feedback_app.models import (
     RunStatus,
     TrainingRun,
 )
-from reward_models.envs.toolshop import TOOLS
+from reward_models.envs.toolshop_tools import TOOLS
 
 
 @pytest.fixture

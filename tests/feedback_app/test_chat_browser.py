@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from feedback_app import queue
 from feedback_app.models import Comparison, Critique, Intervention, StepLabel
-from reward_models.envs.toolshop import TOOLS
+from reward_models.envs.toolshop_tools import TOOLS
 from tests.feedback_app.conftest import TRANSCRIPT, _call
 
 ADD = '{"item_id": "kq48", "quantity": 2}'

@@ -239,7 +239,7 @@ def test_a_garbled_played_turn_is_refused_and_nothing_is_stored(client, annotato
 )
 def test_the_editor_opens_on_any_stored_turn_without_an_error(message):
     from feedback_app.views.chat_turn import editor_from_message
-    from reward_models.envs.toolshop import TOOLS
+    from reward_models.envs.toolshop_tools import TOOLS
 
     editor = editor_from_message(message, TOOLS)
     assert editor.tools[0] == "search" and not editor.has_errors

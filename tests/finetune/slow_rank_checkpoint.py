@@ -12,7 +12,8 @@ import accelerate.accelerator
 import torch
 
 from reward_models.common import fresh_accelerator
-from reward_models.finetune.common import LOOP_STATE_FILE, PolicyTrainConfig, save_loop_checkpoint
+from reward_models.finetune.config import PolicyTrainConfig
+from reward_models.finetune.loops import LOOP_STATE_FILE, save_loop_checkpoint
 
 save_state_files = accelerate.accelerator.save_accelerator_state
 

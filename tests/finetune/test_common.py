@@ -13,23 +13,18 @@ from transformers import TrainerControl
 
 from reward_models.common import ConfigError, config_from_dict, fresh_accelerator
 from reward_models.envs.gridworld import GridWorld
-from reward_models.finetune.common import (
-    PolicyTrainConfig,
+from reward_models.finetune.config import PolicyTrainConfig, train_seeds_tasks
+from reward_models.finetune.evaluation import evaluate_policy, success_gain
+from reward_models.finetune.loops import make_accelerator, out_of_time, resume_loop_checkpoint, save_loop_checkpoint
+from reward_models.finetune.policy_model import load_policy_model
+from reward_models.finetune.trl_runs import trainer_time_limit
+from reward_models.finetune.turn_batches import (
     completion_logprobs,
     episode_encodings,
-    evaluate_policy,
-    load_policy_model,
-    make_accelerator,
-    out_of_time,
     pad_turns,
     prompt_steps,
-    resume_loop_checkpoint,
     row_conversation,
-    save_loop_checkpoint,
-    success_gain,
     token_logprobs,
-    train_seeds_tasks,
-    trainer_time_limit,
 )
 from reward_models.policy.local import LocalCausalLMPolicy
 from reward_models.policy.turns import TurnEncoding, encode_conversation, encode_turn
@@ -326,7 +321,7 @@ def test_max_seconds_stops_a_loop_and_a_trainer_once_the_time_is_up(tmp_path):
 def test_a_policy_is_named_by_its_directory_or_by_a_hub_id_read_from_the_local_cache(
     tiny_policy_dir, tmp_path, monkeypatch
 ):
-    from reward_models.finetune.common import model_directory
+    from reward_models.common import model_directory
     from tests.reward_models.conftest import in_hub_cache
 
     snapshot = in_hub_cache(tiny_policy_dir, "tandem-test/tiny", tmp_path / "hub", monkeypatch)

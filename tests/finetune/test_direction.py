@@ -68,10 +68,10 @@ def judge_dir(tmp_path) -> Path:
 @pytest.fixture
 def stand_in_judges(monkeypatch):
     from reward_models import reward
-    from reward_models.finetune import preference_model
+    from reward_models.finetune import preference_scoring
 
     monkeypatch.setattr(reward, "load_reward_model", lambda *args, **kwargs: UpRewardModel())
-    monkeypatch.setattr(preference_model, "load_preference_model", lambda *args, **kwargs: UpPreferenceModel())
+    monkeypatch.setattr(preference_scoring, "load_preference_model", lambda *args, **kwargs: UpPreferenceModel())
 
 
 def up_share(policy_dir: Path) -> float:
@@ -93,12 +93,12 @@ def up_share(policy_dir: Path) -> float:
 
 def train(method: str, policy_dir: Path, judge_dir: Path, output_dir: Path) -> dict:
     """A short run of `method` against the judge in `judge_dir`, without held-out evaluation or a KL penalty."""
-    from reward_models.finetune import grpo, nash, ppo
+    from reward_models.finetune import grpo, nash, ppo, ppo_config
 
     common = {"policy_path": str(policy_dir), "output_dir": str(output_dir), "kl_beta": 0.0, "eval_tasks": 0}
     common["save_steps"] = 1000
     if method == "ppo":
-        config = ppo.PPOConfig(
+        config = ppo_config.PPOConfig(
             **common,
             reward_source="model",
             reward_model_path=str(judge_dir),

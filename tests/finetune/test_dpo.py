@@ -14,17 +14,14 @@ import torch
 
 from reward_models.common import ConfigError, config_from_dict, fresh_accelerator
 from reward_models.envs.gridworld import GridWorld
-from reward_models.finetune.common import load_policy_model, pad_turns
-from reward_models.finetune.dpo import (
-    DPOConfig,
+from reward_models.finetune.dpo import DPOConfig, main, row_problems, sequence_logprobs, step_trainer
+from reward_models.finetune.dpo_pairs import (
     PreferencePair,
     balance_by_action,
-    main,
     preference_pairs,
-    row_problems,
-    sequence_logprobs,
-    step_trainer,
 )
+from reward_models.finetune.policy_model import load_policy_model
+from reward_models.finetune.turn_batches import pad_turns
 from reward_models.oracle_data import (
     intervention_step_preference_rows,
     preference_rows,

@@ -5,14 +5,8 @@ from __future__ import annotations
 
 from reward_models.common import config_from_dict
 from reward_models.envs.gridworld import GridWorld
-from reward_models.finetune.dpo import (
-    DPOConfig,
-    PreferencePair,
-    action_counts,
-    action_key,
-    balance_by_action,
-    pair_counts,
-)
+from reward_models.finetune.dpo import DPOConfig, pair_counts
+from reward_models.finetune.dpo_pairs import PreferencePair, action_counts, action_key, balance_by_action
 from reward_models.policy.turns import TurnEncoding, format_decision
 from tests.reward_models import tool_chat
 

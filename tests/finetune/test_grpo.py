@@ -121,7 +121,7 @@ def test_prompts_are_first_observations_of_training_tasks_or_a_snapshots_distinc
 
 
 def test_grpo_prompts_reach_trl_rendered_with_their_own_tools(tool_policy_dir, tmp_path):
-    from reward_models.finetune.common import load_policy_model
+    from reward_models.finetune.policy_model import load_policy_model
     from reward_models.reward import RewardConfig
     from reward_models.reward import main as train_reward
 

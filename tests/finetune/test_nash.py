@@ -14,19 +14,13 @@ import pytest
 import torch
 
 from reward_models.common import ConfigError, config_from_dict, read_manifest
-from reward_models.finetune.common import episode_encodings, load_policy_model, pad_turns, token_logprobs
-from reward_models.finetune.nash import (
-    MixturePolicy,
-    NashConfig,
-    group_advantages,
-    main,
-    mixture_logprobs,
-    reinforce_kl_loss,
-    reinforce_loss,
-    win_rates,
-)
+from reward_models.finetune.nash import NashConfig, main
+from reward_models.finetune.nash_mixture import MixturePolicy, mixture_logprobs
+from reward_models.finetune.nash_objectives import group_advantages, reinforce_kl_loss, reinforce_loss, win_rates
+from reward_models.finetune.policy_model import load_policy_model
 from reward_models.finetune.preference_model import PreferenceModelConfig
 from reward_models.finetune.preference_model import main as train_preference_model
+from reward_models.finetune.turn_batches import episode_encodings, pad_turns, token_logprobs
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
 from reward_models.policy.local import LocalCausalLMPolicy
 from reward_models.policy.model import save_policy
@@ -410,8 +404,8 @@ def tool_preference_model_dir(tool_policy_dir, tmp_path_factory) -> Path:
 def test_nash_and_spo_on_tool_calls_judge_the_preference_layout_with_the_tools(
     method, tool_policy_dir, tool_preference_model_dir, tmp_path
 ):
-    from reward_models.finetune.nash import preference_pair
-    from reward_models.finetune.preference_model import load_preference_model
+    from reward_models.finetune.nash_objectives import preference_pair
+    from reward_models.finetune.preference_scoring import load_preference_model
 
     ours, theirs = tool_chat.episode(2, 2), tool_chat.episode(2, 3)
     prompt, a, b = preference_pair(ours, theirs)

@@ -14,8 +14,11 @@ import pytest
 import torch
 
 from reward_models.common import ConfigError, config_from_dict
-from reward_models.finetune.ppo import PPOConfig, main, setup_run
-from reward_models.finetune.ppo_rewards import reward_model_inputs
+from reward_models.finetune.ppo import main, setup_run
+from reward_models.finetune.ppo_config import PPOConfig
+from reward_models.finetune.ppo_rewards import (
+    reward_model_inputs,
+)
 from reward_models.oracle_data import build_tiny_base, preference_rows, scripted_episodes, stepwise_rows, write_jsonl
 from reward_models.rollout import episode_messages
 from reward_models.value import load_value_critic
@@ -125,7 +128,7 @@ def test_the_prm_shaping_charges_bad_steps_and_never_pays_for_length(judges):
 
 
 def test_a_prm_alone_is_a_judge_but_not_with_the_penalty_shaping(judges, tmp_path):
-    from reward_models.finetune.ppo import PPOConfig
+    from reward_models.finetune.ppo_config import PPOConfig
 
     prm = str(judges["prm_path"])
     shared = {"policy_path": str(tmp_path), "output_dir": str(tmp_path / "out"), "reward_source": "model"}

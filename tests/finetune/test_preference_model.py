@@ -14,12 +14,11 @@ import pytest
 import torch
 
 from reward_models.common import ConfigError, config_from_dict, read_manifest
-from reward_models.finetune.preference_model import (
+from reward_models.finetune.preference_model import PreferenceModelConfig, main
+from reward_models.finetune.preference_scoring import (
     PreferenceModel,
-    PreferenceModelConfig,
     RewardModelPreference,
     load_preference_model,
-    main,
     pair_scores,
 )
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl

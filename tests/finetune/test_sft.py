@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from reward_models.common import ConfigError, config_from_dict
-from reward_models.finetune.common import load_policy_model, pad_turns
+from reward_models.finetune.policy_model import load_policy_model
 from reward_models.finetune.sft import SFTConfig, main, sft_examples, sft_trainer
+from reward_models.finetune.turn_batches import pad_turns
 from reward_models.oracle_data import intervention_sft_rows, scripted_episodes, write_jsonl
 from reward_models.policy.model import save_policy
 from reward_models.policy.turns import TurnEncoding, render_prompt

@@ -28,7 +28,7 @@ def test_processes_writing_one_manifest_at_once_all_succeed_and_leave_a_whole_fi
 
 
 def test_only_the_first_process_of_a_launch_writes_the_trained_policy(tmp_path, monkeypatch):
-    from reward_models.finetune.common import save_trained_policy
+    from reward_models.finetune.artifacts import save_trained_policy
 
     class Config:
         output_dir = str(tmp_path / "run")

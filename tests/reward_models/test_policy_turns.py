@@ -167,7 +167,7 @@ def test_the_actions_layout_keeps_a_turns_tool_calls_and_drops_its_reasoning():
 def test_a_long_prompt_is_cut_from_the_left_keeping_the_system_turn_in_generation_and_in_training(tool_policy_dir):
     import torch
 
-    from reward_models.finetune.common import episode_encodings
+    from reward_models.finetune.turn_batches import episode_encodings
     from reward_models.policy import LocalCausalLMPolicy
     from reward_models.policy.local import generated_logprob
     from reward_models.policy.turns import cut_prompt, render_prompt

@@ -9,8 +9,10 @@ from dataclasses import replace
 import pytest
 
 from reward_models.envs.base import message_action
-from reward_models.envs.toolshop import ITEM_IDS, ToolShop
+from reward_models.envs.toolshop import ToolShop
+from reward_models.envs.toolshop_catalogue import ITEM_IDS
 from reward_models.policy import tool_bootstrap as tb
+from reward_models.policy import tool_training_data as training_data
 from reward_models.policy.chat_format import TOOL_CALL_END, TOOL_CALL_START, parse_assistant_text
 
 
@@ -23,7 +25,7 @@ def shipped():
 
 def test_every_demonstration_succeeds_and_only_its_correct_turns_are_learned():
     env = ToolShop(difficulty=2)
-    demos = tb.demonstrations(env, 60, noise=0.3, seed=1)
+    demos = training_data.demonstrations(env, 60, noise=0.3, seed=1)
     assert all(demo.success for demo in demos)
     mistakes = [not learn for demo in demos for learn in demo.learn]
     assert 0 < sum(mistakes) < len(mistakes)
@@ -43,10 +45,10 @@ def test_the_loss_covers_the_learned_assistant_turns_and_nothing_else():
     from reward_models.policy.chat_format import build_bpe_tokenizer, render_chat
 
     env = ToolShop()
-    demos = tb.demonstrations(env, 40, noise=0.4, seed=2)
+    demos = training_data.demonstrations(env, 40, noise=0.4, seed=2)
     tokenizer = build_bpe_tokenizer([render_chat(d.messages, d.task["tools"]) for d in demos], 2000)
     demo = next(d for d in demos if not all(d.learn))
-    input_ids, labels = tb.encode_demonstration(tokenizer, demo)
+    input_ids, labels = training_data.encode_demonstration(tokenizer, demo)
     assert tokenizer.decode(input_ids) == tokenizer.apply_chat_template(
         demo.messages, tools=demo.task["tools"], tokenize=False
     )
@@ -64,7 +66,7 @@ def test_the_copy_drill_asks_for_tokens_shown_earlier_in_the_row():
 
     tokenizer = AutoTokenizer.from_pretrained(tb.SHIPPED_DIR)
     ids = set(tokenizer.convert_tokens_to_ids(list(ITEM_IDS)))
-    rows = tb.copy_drill_rows(tokenizer, 6, 12, seed=0)
+    rows = training_data.copy_drill_rows(tokenizer, 6, 12, seed=0)
     copied = 0
     for input_ids, labels in rows:
         targets = [

@@ -5,17 +5,9 @@ import json
 import pytest
 
 from reward_models.envs import Environment, Oracle
-from reward_models.envs.toolshop import (
-    DIFFICULTIES,
-    ITEM_IDS,
-    TOOL_SCHEMAS,
-    TOOLS,
-    ToolShop,
-    check_tool_call,
-    schema_errors,
-    tool_call_message,
-    vocabulary_corpus,
-)
+from reward_models.envs.toolshop import ToolShop
+from reward_models.envs.toolshop_catalogue import DIFFICULTIES, ITEM_IDS, vocabulary_corpus
+from reward_models.envs.toolshop_tools import TOOL_SCHEMAS, TOOLS, check_tool_call, schema_errors, tool_call_message
 from reward_models.policy.chat_format import (
     QWEN_CHAT_TEMPLATE,
     build_bpe_tokenizer,

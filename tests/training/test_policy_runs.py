@@ -148,7 +148,7 @@ def test_tandem_fills_in_the_policy_data_environment_and_judges(project, tiny_po
 
 
 def test_every_trainer_names_a_config_and_its_judge_settings():
-    from reward_models.finetune.common import PolicyTrainConfig
+    from reward_models.finetune.config import PolicyTrainConfig
 
     assert set(TRAINERS) == {"dpo", "kto", "sft", "ppo", "nash_md", "spo", "grpo"}
     for kind, trainer in TRAINERS.items():

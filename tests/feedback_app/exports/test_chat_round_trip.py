@@ -14,7 +14,7 @@ import json
 import pytest
 
 from feedback_app.models import Comparison, Critique, EnvironmentSpec, Membership, Project, Rating, StepLabel
-from reward_models.envs.toolshop import TOOLS
+from reward_models.envs.toolshop_tools import TOOLS
 
 pytestmark = pytest.mark.django_db
 

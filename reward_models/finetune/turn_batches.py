@@ -1,0 +1,126 @@
+"""Turns, padding and log-probabilities: the observation mask every policy trainer relies on.
+
+A trajectory is a conversation (`reward_models.conversation`), and the policy only ever writes the assistant turns.
+Every trainer scores a trajectory turn by turn: turn ``i`` is encoded as the prompt the policy saw before it (the
+conversation so far through its history window, rendered by its chat template with the task's tools:
+`turns.encode_conversation`) and the assistant message it wrote, exactly as ``LocalCausalLMPolicy`` generated it (its
+token ids, where a rollout kept them). ``pad_turns`` marks the completion tokens, and ``token_logprobs`` keeps the
+log-probabilities of those tokens only, so instruction, observation, tool-result and padding tokens are context,
+never targets: no loss is taken on them and no gradient reaches their logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from reward_models.conversation import Conversation, Message, build_conversation, split_conversation
+from reward_models.policy.turns import TurnEncoding, encode_conversation
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from reward_models.rollout import Episode
+
+
+def row_conversation(messages: Sequence[Message]) -> Conversation:
+    """An exported message list as a trajectory conversation: the messages before the first assistant message are
+    its prompt, and each assistant message starts a step (`conversation.split_conversation`)."""
+    return build_conversation(*split_conversation(messages))
+
+
+def is_messages(value: Any) -> bool:
+    """Whether `value` is a list of chat messages (dicts with a role), as a conversational export writes them."""
+    return isinstance(value, list) and all(isinstance(message, dict) and "role" in message for message in value)
+
+
+def prompt_steps(prompt: Sequence[Message]) -> int:
+    """How many of a conversation's steps a row's prompt already holds (its assistant messages)."""
+    return sum(message.get("role") == "assistant" for message in prompt)
+
+
+def episode_encodings(
+    tokenizer: PreTrainedTokenizerBase, episode: Episode, history_window: int | None, *, max_prompt_tokens: int = 0
+) -> list[TurnEncoding]:
+    """Every turn of a rollout's episode as the policy saw it (`turns.encode_conversation`, with the episode's
+    tools) and wrote it: each completion is the token ids generation produced where the step kept them (decoding
+    and re-encoding a sampled completion need not give the same tokens back: a special token the text drops, for
+    one). `max_prompt_tokens` cuts the prompts as the policy's generation cut them (`turns.cut_prompt`)."""
+    encodings = encode_conversation(
+        tokenizer,
+        episode.conversation(),
+        episode.tools or None,
+        history_window,
+        max_prompt_tokens=max_prompt_tokens,
+    )
+    return [
+        TurnEncoding(encoding.prompt_ids, list(step.token_ids)) if step.token_ids else encoding
+        for encoding, step in zip(encodings, episode.steps, strict=True)
+    ]
+
+
+@dataclass
+class TurnBatch:
+    input_ids: torch.Tensor  # (B, T), right-padded
+    attention_mask: torch.Tensor  # (B, T)
+    completion_mask: torch.Tensor  # (B, T): 1 on the policy's own tokens, 0 on prompt and padding
+
+    def to(self, device: Any) -> TurnBatch:
+        return TurnBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device))
+
+
+def pad_turns(encodings: Sequence[TurnEncoding], pad_token_id: int, max_length: int | None = None) -> TurnBatch:
+    """One batch of turns, right-padded. With `max_length`, a prompt too long is cut from the left (the oldest
+    history goes first) and a completion longer than `max_length` is cut at the end."""
+    import torch
+
+    if not encodings:
+        raise ValueError("pad_turns needs at least one turn")
+    rows, masks = [], []
+    for encoding in encodings:
+        prompt, completion = list(encoding.prompt_ids), list(encoding.completion_ids)
+        if max_length is not None and len(prompt) + len(completion) > max_length:
+            completion = completion[:max_length]
+            keep = max_length - len(completion)
+            prompt = prompt[len(prompt) - keep :] if keep else []
+        rows.append(prompt + completion)
+        masks.append([0] * len(prompt) + [1] * len(completion))
+    width = max(len(row) for row in rows)
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    completion_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, (row, mask) in enumerate(zip(rows, masks, strict=True)):
+        input_ids[index, : len(row)] = torch.tensor(row, dtype=torch.long)
+        attention_mask[index, : len(row)] = 1
+        completion_mask[index, : len(row)] = torch.tensor(mask, dtype=torch.long)
+    return TurnBatch(input_ids, attention_mask, completion_mask)
+
+
+def token_logprobs(
+    model: PreTrainedModel, batch: TurnBatch, logits: torch.Tensor | None = None, *, temperature: float = 1.0
+) -> torch.Tensor:
+    """(B, T): log p(token t | tokens before it) at completion tokens, 0 elsewhere (and at position 0). Pass
+    `logits` when the caller already ran the model (e.g. to take the entropy too). With `temperature`, the model's
+    own logits are divided by it first, as sampling at that temperature did: an on-policy update scores the tokens
+    under the distribution that drew them."""
+    import torch
+
+    if logits is None:
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        if temperature != 1.0:
+            logits = logits / temperature
+    elif temperature != 1.0:
+        raise ValueError("temperature: given logits are used as they are; scale them before passing them")
+    shifted = logits[:, :-1].float()
+    targets = batch.input_ids[:, 1:]
+    chosen = shifted.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - shifted.logsumexp(dim=-1)
+    mask = batch.completion_mask[:, 1:].to(chosen.dtype)
+    # Multiplying by the mask, not indexing, keeps the shape; masked positions contribute 0 and get no gradient.
+    return torch.nn.functional.pad(chosen * mask, (1, 0))
+
+
+def completion_logprobs(model: PreTrainedModel, batch: TurnBatch) -> torch.Tensor:
+    """(B,): the summed log-probability of each row's completion under `model`."""
+    return token_logprobs(model, batch).sum(dim=-1)
