@@ -256,7 +256,7 @@ def base_model_dir(args: argparse.Namespace, work: Path) -> str:
 def run_reward_model(
     args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
 ) -> dict[str, Any]:
-    from reward_models.common import config_from_dict
+    from reward_models.common.config import config_from_dict
     from reward_models.reward import RewardConfig, load_reward_model, main
 
     path = write_jsonl(data["preference"], work / "preference.jsonl")
@@ -305,7 +305,7 @@ def run_reward_model(
 def run_prm(
     args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
 ) -> dict[str, Any]:
-    from reward_models.common import config_from_dict
+    from reward_models.common.config import config_from_dict
     from reward_models.prm import PRMConfig, evaluate, load_prm, main, step_metrics
 
     path = write_jsonl(data["stepwise"], work / "stepwise.jsonl")
@@ -343,7 +343,7 @@ def run_prm(
 def run_value(
     args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
 ) -> dict[str, Any]:
-    from reward_models.common import config_from_dict
+    from reward_models.common.config import config_from_dict
     from reward_models.value import ValueConfig, discounted_returns, evaluate, load_value_critic, main
 
     path = write_jsonl(data["returns"], work / "returns.jsonl")

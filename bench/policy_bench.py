@@ -53,7 +53,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from reward_models import oracle_data  # noqa: E402
-from reward_models.common import SilentReporter, config_from_dict  # noqa: E402
+from reward_models.common.config import config_from_dict  # noqa: E402
+from reward_models.common.reporting import SilentReporter  # noqa: E402
 
 METHODS = ("sft", "dpo", "dpo_trajectory", "kto", "ppo", "nash_md", "spo", "grpo", "ppo_oracle")
 # Each method: its trainer module and config class, the file it learns from, and the judge models it needs.

@@ -51,7 +51,8 @@ from feedback_app.models import (
     TrainingRun,
 )
 from feedback_app.models.trajectories import TrajectorySource
-from reward_models.common import JudgeConfig, config_errors, config_from_dict
+from reward_models.common.config import config_errors, config_from_dict
+from reward_models.common.judge_config import JudgeConfig
 from reward_models.finetune.common import PolicyTrainConfig
 from training import launch
 from training.launch import LaunchError, RolloutConfig

@@ -54,30 +54,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    ConfigError,
-    JudgeConfig,
-    Reporter,
-    SilentReporter,
-    bad_rows,
+from reward_models.common.artifacts import (
     checkpoint_dir,
-    cli,
     finished_summary,
     last_checkpoint,
-    message_text,
     read_manifest,
-    read_rows,
-    require,
-    resolve_precision,
-    row_tools,
-    rows_error,
-    split_by_task,
     trained_model,
-    trainer_callback,
-    trainer_precision_args,
-    with_local_base,
     write_manifest,
 )
+from reward_models.common.cli import cli
+from reward_models.common.config import ConfigError, require
+from reward_models.common.data import bad_rows, message_text, read_rows, row_tools, rows_error, split_by_task
+from reward_models.common.judge_config import JudgeConfig, with_local_base
+from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
+from reward_models.common.runtime import resolve_precision, trainer_precision_args
 from reward_models.policy.turns import render_prompt
 
 if TYPE_CHECKING:

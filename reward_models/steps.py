@@ -46,18 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    ConfigError,
-    JudgeConfig,
-    Reporter,
-    checkpoint_dir,
-    last_checkpoint,
-    resolve_precision,
-    seed_everything,
-    trained_model,
-    trainer_callback,
-    trainer_precision_args,
-)
+from reward_models.common.artifacts import checkpoint_dir, last_checkpoint, trained_model
+from reward_models.common.config import ConfigError
+from reward_models.common.judge_config import JudgeConfig
+from reward_models.common.reporting import Reporter, trainer_callback
+from reward_models.common.runtime import resolve_precision, seed_everything, trainer_precision_args
 from reward_models.conversation import Message
 from reward_models.policy.turns import message_steps, text_pair, text_steps, transcript
 

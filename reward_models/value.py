@@ -36,21 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    ConfigError,
-    Reporter,
-    SilentReporter,
-    bad_rows,
-    cli,
-    finished_summary,
-    read_rows,
-    require,
-    row_tools,
-    rows_error,
-    split_by_task,
-    with_local_base,
-    write_manifest,
-)
+from reward_models.common.artifacts import finished_summary, write_manifest
+from reward_models.common.cli import cli
+from reward_models.common.config import ConfigError, require
+from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error, split_by_task
+from reward_models.common.judge_config import with_local_base
+from reward_models.common.reporting import Reporter, SilentReporter
 from reward_models.conversation import Message
 from reward_models.steps import (
     Pieces,

@@ -36,7 +36,8 @@ from feedback_app.models import (
 )
 from feedback_app.models.trajectories import PolicyKind
 from reward_models import critic_lm, prm, reward, value
-from reward_models.common import CHECKPOINT_DIR, ConfigError, config_errors, config_from_dict
+from reward_models.common.artifacts import CHECKPOINT_DIR
+from reward_models.common.config import ConfigError, config_errors, config_from_dict
 from reward_models.finetune import preference_model
 from training import data_checks
 from training.runs import RunRecorder

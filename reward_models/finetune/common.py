@@ -22,20 +22,12 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    ARTIFACT_MANIFEST,
-    PRECISIONS,
-    ConfigError,
-    Reporter,
-    checkpoint_dir,
-    finished_summary,
-    first_process,
-    fresh_accelerator,
-    model_directory,
-    require,
-    resolve_precision,
-    write_manifest,
-)
+from reward_models.common.artifacts import ARTIFACT_MANIFEST, checkpoint_dir, finished_summary, write_manifest
+from reward_models.common.cli import first_process
+from reward_models.common.config import ConfigError, require
+from reward_models.common.judge_config import PRECISIONS, model_directory
+from reward_models.common.reporting import Reporter
+from reward_models.common.runtime import fresh_accelerator, resolve_precision
 from reward_models.conversation import Conversation, Message, build_conversation, split_conversation
 from reward_models.envs.base import Environment, load_environment, training_seeds
 from reward_models.policy.model import read_policy_settings, save_policy
@@ -580,7 +572,7 @@ def train_with_resume(trainer: Any, config: PolicyTrainConfig, reporter: Any, ex
     """Run a TRL or transformers `trainer` to its end, resuming from the run's last checkpoint. Returns the loss
     summary (`steps`, `first_loss`, `last_loss`, and the last logged value of each of `extra`, e.g. ``"kl"``) and the
     checkpoint it resumed from (None for a fresh start)."""
-    from reward_models.common import last_checkpoint
+    from reward_models.common.artifacts import last_checkpoint
 
     resume = last_checkpoint(config.output_dir)
     if resume:
@@ -620,7 +612,7 @@ def trl_arguments(config: PolicyTrainConfig, steps: int) -> dict[str, Any]:
     optimiser steps with linear decay after a 10 % warm-up, checkpoints in the run's checkpoint folder (the last two
     kept), the run's precision, no reports, no progress bars (the reporter reports), and no prompt cutting (prompts
     are cut from the left before they reach TRL)."""
-    from reward_models.common import resolve_precision, trainer_precision_args
+    from reward_models.common.runtime import resolve_precision, trainer_precision_args
 
     return {
         "output_dir": str(checkpoint_dir(config.output_dir)),

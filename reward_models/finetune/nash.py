@@ -64,15 +64,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    ConfigError,
-    Reporter,
-    SilentReporter,
-    cli,
-    read_manifest,
-    require,
-    trained_model,
-)
+from reward_models.common.artifacts import read_manifest, trained_model
+from reward_models.common.cli import cli
+from reward_models.common.config import ConfigError, require
+from reward_models.common.reporting import Reporter, SilentReporter
 from reward_models.finetune.common import (
     PolicyTrainConfig,
     environment_factory,

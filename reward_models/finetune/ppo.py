@@ -61,15 +61,11 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    Reporter,
-    SilentReporter,
-    checkpoint_dir,
-    cli,
-    require,
-    resolve_precision,
-    seed_everything,
-)
+from reward_models.common.artifacts import checkpoint_dir
+from reward_models.common.cli import cli
+from reward_models.common.config import require
+from reward_models.common.reporting import Reporter, SilentReporter
+from reward_models.common.runtime import resolve_precision, seed_everything
 from reward_models.envs.base import training_seeds
 from reward_models.finetune.common import (
     LOOP_STATE_FILE,

@@ -286,7 +286,7 @@ def load_critic(
     import torch
     from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
 
-    from reward_models.common import ConfigError
+    from reward_models.common.config import ConfigError
     from reward_models.steps import prepare_tokenizer
 
     try:

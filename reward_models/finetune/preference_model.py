@@ -49,27 +49,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    ConfigError,
-    JudgeConfig,
-    Reporter,
-    SilentReporter,
-    bad_rows,
+from reward_models.common.artifacts import (
     checkpoint_dir,
-    cli,
     finished_summary,
-    fresh_accelerator,
     read_manifest,
-    read_rows,
-    require,
-    resolve_precision,
-    row_tools,
-    rows_error,
-    split_by_task,
     trained_model,
-    with_local_base,
     write_manifest,
 )
+from reward_models.common.cli import cli
+from reward_models.common.config import ConfigError, require
+from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error, split_by_task
+from reward_models.common.judge_config import JudgeConfig, with_local_base
+from reward_models.common.reporting import Reporter, SilentReporter
+from reward_models.common.runtime import fresh_accelerator, resolve_precision
 from reward_models.policy.turns import JUDGE_LAYOUTS, judge_pair
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from pathlib import Path
 import accelerate.accelerator
 import torch
 
-from reward_models.common import fresh_accelerator
+from reward_models.common.runtime import fresh_accelerator
 from reward_models.finetune.common import LOOP_STATE_FILE, PolicyTrainConfig, save_loop_checkpoint
 
 save_state_files = accelerate.accelerator.save_accelerator_state

@@ -11,7 +11,8 @@ import pytest
 import torch
 from transformers import TrainerControl
 
-from reward_models.common import ConfigError, config_from_dict, fresh_accelerator
+from reward_models.common.config import ConfigError, config_from_dict
+from reward_models.common.runtime import fresh_accelerator
 from reward_models.envs.gridworld import GridWorld
 from reward_models.finetune.common import (
     PolicyTrainConfig,

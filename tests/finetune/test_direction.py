@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from reward_models.common import ARTIFACT_MANIFEST
+from reward_models.common.artifacts import ARTIFACT_MANIFEST
 from reward_models.envs.gridworld import GridWorld
 from reward_models.policy.local import LocalCausalLMPolicy
 from reward_models.policy.turns import parse_decision

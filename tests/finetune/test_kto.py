@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.common import ConfigError, config_from_dict
+from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.finetune.common import load_policy_model, pad_turns, row_conversation
 from reward_models.finetune.kto import KTOConfig, kto_examples, kto_trainer, main, with_kl_completions
 from reward_models.oracle_data import scripted_episodes, unpaired_rows, write_jsonl

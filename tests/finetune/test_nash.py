@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.common import ConfigError, config_from_dict, read_manifest
+from reward_models.common.artifacts import read_manifest
+from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.finetune.common import episode_encodings, load_policy_model, pad_turns, token_logprobs
 from reward_models.finetune.nash import (
     MixturePolicy,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.common import ConfigError, config_from_dict
+from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.conversation import split_conversation
 from reward_models.finetune.ppo import PPOConfig, main, setup_run
 from reward_models.finetune.ppo_rewards import (

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.common import ConfigError, config_from_dict
+from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.finetune.common import load_policy_model, pad_turns
 from reward_models.finetune.sft import SFTConfig, main, sft_examples, sft_trainer
 from reward_models.oracle_data import intervention_sft_rows, scripted_episodes, write_jsonl

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.common import ARTIFACT_MANIFEST, ConfigError, checkpoint_dir, config_from_dict, read_manifest
+from reward_models.common.artifacts import ARTIFACT_MANIFEST, checkpoint_dir, read_manifest
+from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.critic_lm import (
     CriticConfig,
     encode_example,

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from reward_models.common import ConfigError, config_from_dict, last_checkpoint, read_manifest, split_by_task
+from reward_models.common.artifacts import last_checkpoint, read_manifest
+from reward_models.common.config import ConfigError, config_from_dict
+from reward_models.common.data import split_by_task
 from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
 from reward_models.policy.turns import text_pair
 from reward_models.reward import RewardConfig, evaluate, load_reward_model, main
