@@ -257,7 +257,9 @@ def run_reward_model(
     args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
 ) -> dict[str, Any]:
     from reward_models.common.config import config_from_dict
-    from reward_models.reward import RewardConfig, load_reward_model, main
+    from reward_models.reward.config import RewardConfig
+    from reward_models.reward.model import load_reward_model
+    from reward_models.reward.train import main
 
     path = write_jsonl(data["preference"], work / "preference.jsonl")
     # The reward model lays out its training rows and whatever it scores itself.

@@ -204,8 +204,8 @@ def train_judges(wanted: set[str], data: Path, judges: Path) -> dict[str, float]
     from reward_models.finetune.preference_model import main as train_pm
     from reward_models.prm import PRMConfig
     from reward_models.prm import main as train_prm
-    from reward_models.reward import RewardConfig
-    from reward_models.reward import main as train_rm
+    from reward_models.reward.config import RewardConfig
+    from reward_models.reward.train import main as train_rm
 
     recipes = {
         "rm": (RewardConfig, train_rm, {"data_path": str(data / JUDGE_DATA["rm"])}),

@@ -189,7 +189,7 @@ def step_rewards(rows: Sequence[dict[str, Any]], config: ValueConfig, reporter: 
         for steps, scores in zip(judged, scored, strict=True):
             steps[:] = [score - 0.5 for score in scores]
     if config.reward_model:
-        from reward_models.reward import load_reward_model
+        from reward_models.reward.model import load_reward_model
 
         reward_model = load_reward_model(config.reward_model)
         if text_rows:

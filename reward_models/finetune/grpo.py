@@ -125,7 +125,7 @@ class RewardModelReward:
     message."""
 
     def __init__(self, path: str | Path, device: str | None = None) -> None:
-        from reward_models.reward import load_reward_model
+        from reward_models.reward.model import load_reward_model
 
         self.model = load_reward_model(path, device)
         self.__name__ = "reward_model"

@@ -149,7 +149,7 @@ class PreferenceModel:
         self.style = style
 
     def encode(self, prompt: Conversation, completion: Conversation, tools: Tools = None) -> list[int]:
-        from reward_models.reward import encode_as_trained
+        from reward_models.reward.encoding import encode_as_trained
 
         return encode_as_trained(
             self.tokenizer, prompt, completion, tools, style=self.style, layout=self.layout, max_length=self.max_length
@@ -242,14 +242,14 @@ def load_preference_model(
         raise ConfigError("preference_model_path", str(exc)) from None
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if manifest.get("kind") == "reward_model":
-        from reward_models.reward import load_reward_model
+        from reward_models.reward.model import load_reward_model
 
         return RewardModelPreference(load_reward_model(path, device), layout or "full")
     if manifest.get("kind") != KIND:
         raise ConfigError(
             "preference_model_path", f"{path} holds a {manifest.get('kind')!r}, not a preference or reward model"
         )
-    from reward_models.reward import load_tokenizer
+    from reward_models.reward.encoding import load_tokenizer
 
     config = manifest["config"]
     model = AutoModelForSequenceClassification.from_pretrained(str(path / "model")).to(device).eval()
@@ -306,7 +306,7 @@ def pair_loss(chosen: torch.Tensor, rejected: torch.Tensor, tie: torch.Tensor) -
 def row_problems(rows: Sequence[dict[str, Any]], config: PreferenceModelConfig) -> dict[int, str]:
     """The rows the preference model cannot learn from, by number, and why (the reward model's check: both read
     the same rows)."""
-    from reward_models.reward import preference_row_problem
+    from reward_models.reward.train import preference_row_problem
 
     return bad_rows(rows, preference_row_problem)
 
@@ -314,7 +314,7 @@ def row_problems(rows: Sequence[dict[str, Any]], config: PreferenceModelConfig) 
 def evaluate(model: PreferenceModel | RewardModelPreference, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Held-out accuracy and log-loss of P(chosen > rejected) on non-tie rows, overall and by ``pair_type``; tie
     rows apart as their mean |P - 1/2|."""
-    from reward_models.reward import expected_calibration_error
+    from reward_models.reward.metrics import expected_calibration_error
 
     probabilities = model.probability(
         [(row["prompt"], row["chosen"], row["rejected"]) for row in rows], [row_tools(row) for row in rows]
@@ -353,7 +353,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     from transformers import AutoModelForSequenceClassification
 
     from reward_models.finetune.common import process_share, resume_loop_checkpoint, save_loop_checkpoint
-    from reward_models.reward import encode, fit_length, load_tokenizer
+    from reward_models.reward.encoding import encode, fit_length, load_tokenizer
     from reward_models.steps import rows_style
 
     reporter = reporter or SilentReporter()

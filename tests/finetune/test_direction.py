@@ -67,10 +67,10 @@ def judge_dir(tmp_path) -> Path:
 
 @pytest.fixture
 def stand_in_judges(monkeypatch):
-    from reward_models import reward
     from reward_models.finetune import preference_model
+    from reward_models.reward import model as reward_model
 
-    monkeypatch.setattr(reward, "load_reward_model", lambda *args, **kwargs: UpRewardModel())
+    monkeypatch.setattr(reward_model, "load_reward_model", lambda *args, **kwargs: UpRewardModel())
     monkeypatch.setattr(preference_model, "load_preference_model", lambda *args, **kwargs: UpPreferenceModel())
 
 

@@ -70,7 +70,7 @@ def test_a_reward_model_run_trains_on_the_snapshot_and_registers_the_model(
     assert figures["accuracy"] == model.metrics["accuracy"]
     assert run.summary["registered_model"] == model.pk
 
-    from reward_models.reward import load_reward_model
+    from reward_models.reward.model import load_reward_model
 
     rows = preference_rows(scripted_episodes(2, per_task=2, seed=12))
     mean, _ = load_reward_model(model.path).score([rows[0]["prompt"]], [rows[0]["chosen"]])
