@@ -108,6 +108,21 @@ def rows_style(rows: Sequence[Mapping[str, Any]]) -> str:
     return styles.pop() if styles else "text"
 
 
+def pieces_problem(row: Mapping[str, Any], export: str) -> str | None:
+    """Why a row's ``prompt`` and ``completions`` are no trajectory in either style, or None: the prompt is text or
+    messages and the step pieces a non-empty list of the same kind. `export` says, for the message, how to export
+    such rows."""
+    prompt, completions = row.get("prompt"), row.get("completions")
+    if not isinstance(prompt, str | list):
+        return f"prompt must be text or messages ({export})"
+    if not isinstance(completions, list) or not completions:
+        return "completions must be a non-empty list of step pieces"
+    piece = str if isinstance(prompt, str) else list
+    if not all(isinstance(completion, piece) for completion in completions):
+        return f"the step pieces must be {piece.__name__}s, as the prompt"
+    return None
+
+
 def trajectory_steps(messages: Sequence[Message], style: str) -> tuple[Prompt, Pieces]:
     """A trajectory conversation as the prompt and one piece per assistant turn, in `style` (what the stepwise
     export writes for a trajectory with every step labelled)."""
