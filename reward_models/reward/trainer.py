@@ -14,6 +14,8 @@ from trl.trainer.reward_trainer import DataCollatorForPreference
 
 @dataclass
 class TiePreferenceCollator(DataCollatorForPreference):
+    """TRL's preference collator that also batches each row's ``tie`` flag."""
+
     def torch_call(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         batch = super().torch_call(examples)
         batch["tie"] = torch.tensor([bool(example["tie"]) for example in examples])
