@@ -256,8 +256,10 @@ def base_model_dir(args: argparse.Namespace, work: Path) -> str:
 def run_reward_model(
     args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
 ) -> dict[str, Any]:
-    from reward_models.common import config_from_dict
-    from reward_models.reward import RewardConfig, load_reward_model, main
+    from reward_models.common.config import config_from_dict
+    from reward_models.reward.config import RewardConfig
+    from reward_models.reward.model import load_reward_model
+    from reward_models.reward.train import main
 
     path = write_jsonl(data["preference"], work / "preference.jsonl")
     # The reward model lays out its training rows and whatever it scores itself.
@@ -305,7 +307,7 @@ def run_reward_model(
 def run_prm(
     args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
 ) -> dict[str, Any]:
-    from reward_models.common import config_from_dict
+    from reward_models.common.config import config_from_dict
     from reward_models.prm import PRMConfig, evaluate, load_prm, main, step_metrics
 
     path = write_jsonl(data["stepwise"], work / "stepwise.jsonl")
@@ -343,7 +345,7 @@ def run_prm(
 def run_value(
     args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
 ) -> dict[str, Any]:
-    from reward_models.common import config_from_dict
+    from reward_models.common.config import config_from_dict
     from reward_models.value import ValueConfig, discounted_returns, evaluate, load_value_critic, main
 
     path = write_jsonl(data["returns"], work / "returns.jsonl")

@@ -705,7 +705,7 @@ def oracle_test_pairs(policy_dir: Path, tasks: int, seed: int) -> list[tuple[Any
 def oracle_accuracy(model_dir: str, pairs: list[tuple[Any, Any]]) -> dict[str, float]:
     """How often the reward model scores the oracle's better trajectory higher (its members' mean reward), over
     all the pairs and by pair type."""
-    from reward_models.reward import load_reward_model
+    from reward_models.reward.model import load_reward_model
 
     model = load_reward_model(model_dir, device="cpu")
     episodes = [episode for pair in pairs for episode in pair]

@@ -53,7 +53,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from reward_models import oracle_data  # noqa: E402
-from reward_models.common import SilentReporter, config_from_dict  # noqa: E402
+from reward_models.common.config import config_from_dict  # noqa: E402
+from reward_models.common.reporting import SilentReporter  # noqa: E402
 
 METHODS = ("sft", "dpo", "dpo_trajectory", "kto", "ppo", "nash_md", "spo", "grpo", "ppo_oracle")
 # Each method: its trainer module, its config class (as module.Class under reward_models.finetune), the file it learns
@@ -204,8 +205,8 @@ def train_judges(wanted: set[str], data: Path, judges: Path) -> dict[str, float]
     from reward_models.finetune.preference_model import main as train_pm
     from reward_models.prm import PRMConfig
     from reward_models.prm import main as train_prm
-    from reward_models.reward import RewardConfig
-    from reward_models.reward import main as train_rm
+    from reward_models.reward.config import RewardConfig
+    from reward_models.reward.train import main as train_rm
 
     recipes = {
         "rm": (RewardConfig, train_rm, {"data_path": str(data / JUDGE_DATA["rm"])}),

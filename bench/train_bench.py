@@ -143,7 +143,7 @@ def plain_trl_reward_model(snapshot_path: Path, base_dir: Path, output_dir: Path
 
 def judge_throughput(base_dir: Path, work: Path, args) -> dict[str, float]:
     """Each pipeline's own samples/s on oracle data (fewer steps: the figure is a rate)."""
-    from reward_models.common import config_from_dict
+    from reward_models.common.config import config_from_dict
     from reward_models.oracle_data import (
         critique_rows,
         intervention_rows,

@@ -5,14 +5,14 @@ It trains on Tandem's `critiques` export: ``prompt`` asks for a critique of a tr
 with ``style=text``) and ``completion`` is the annotator's critique (an assistant message list, or text). The loss is
 on the critique's tokens only (TRL's ``completion_only_loss``), ending at EOS so the critic learns to stop.
 
-- Encoding: conversational rows go through the tokenizer's chat template (with the row's ``tools``, where it has any)
-  exactly as TRL's prompt-completion preparation does (the prompt with the generation prompt; the completion is what
-  prompt + completion adds); a tokenizer without a chat template gets the ``Role: content`` transcript
-  (`turns.render_prompt`). We tokenise ourselves and hand `SFTTrainer` ``input_ids`` + ``completion_mask``, for one
-  reason: length. TRL keeps the start of an over-long example, which cuts the critique off (or drops the example when
-  the prompt alone is too long); here the critique is kept and the transcript is cut in the middle, keeping the task
-  and first observation and the steps nearest the request. `critique()` prompts the model through the same function,
-  so training and use see the same text.
+- Encoding (`reward_models.critique_encoding`): conversational rows go through the tokenizer's chat template (with the
+  row's ``tools``, where it has any) exactly as TRL's prompt-completion preparation does (the prompt with the
+  generation prompt; the completion is what prompt + completion adds); a tokenizer without a chat template gets the
+  ``Role: content`` transcript (`turns.render_prompt`). We tokenise ourselves and hand `SFTTrainer` ``input_ids`` +
+  ``completion_mask``, for one reason: length. TRL keeps the start of an over-long example, which cuts the critique off
+  (or drops the example when the prompt alone is too long); here the critique is kept and the transcript is cut in the
+  middle, keeping the task and first observation and the steps nearest the request. `critique()` prompts the model
+  through the same function, so training and use see the same text.
 - LoRA (``use_lora``, through peft) trains adapters on the attention projections only; the adapters are MERGED into
   the saved weights, so the artifact is an ordinary causal-LM directory either way (transformers, vLLM or
   `load_generative_critic` load it with nothing else).
@@ -54,39 +54,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    ConfigError,
-    JudgeConfig,
-    Reporter,
-    SilentReporter,
-    bad_rows,
+from reward_models.common.artifacts import (
     checkpoint_dir,
-    cli,
     finished_summary,
     last_checkpoint,
-    message_text,
     read_manifest,
-    read_rows,
-    require,
-    resolve_precision,
-    row_tools,
-    rows_error,
-    split_by_task,
     trained_model,
-    trainer_callback,
-    trainer_precision_args,
-    with_local_base,
     write_manifest,
 )
-from reward_models.policy.turns import render_prompt
+from reward_models.common.cli import cli
+from reward_models.common.config import ConfigError, require
+from reward_models.common.data import bad_rows, message_text, read_rows, row_tools, rows_error, split_by_task
+from reward_models.common.judge_config import JudgeConfig, with_local_base
+from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
+from reward_models.common.runtime import resolve_precision, trainer_precision_args
+from reward_models.critique_encoding import (
+    Prompt,
+    Tools,
+    completion_text,
+    encode_example,
+    fit_example,
+    fit_prompt,
+    prompt_ids,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 KIND = "generative_critic"
-
-Prompt = str | Sequence[Mapping[str, Any]]
-Tools = Sequence[dict[str, Any]] | None
 
 
 @dataclass
@@ -117,88 +112,6 @@ class CriticConfig(JudgeConfig):
         )
         require(self.num_samples >= 0, "num_samples", "must be 0 or more")
         require(self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", "must be at least 1")
-
-
-# --- encoding ----------------------------------------------------------------------------------------------------
-
-
-def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
-    """The critique itself: a text completion as it is, a message list as its messages' contents."""
-    if isinstance(completion, str):
-        return completion
-    return "\n".join(message["content"] for message in completion)
-
-
-def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, tools: Tools = None) -> list[int]:
-    """The prompt's tokens, ending where the critique starts: a message list through the chat template with the
-    generation prompt and `tools` (or, without a template, the ``Role: content`` transcript ending in
-    ``Assistant:``), text as the tokenizer reads it."""
-    if isinstance(prompt, str):
-        return list(tokenizer(prompt)["input_ids"])
-    if tokenizer.chat_template:
-        encoded = tokenizer.apply_chat_template(
-            list(prompt),
-            tools=list(tools) if tools else None,
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=True,
-        )
-        return list(encoded["input_ids"])
-    return list(tokenizer(render_prompt(tokenizer, prompt))["input_ids"])
-
-
-def encode_example(
-    tokenizer: PreTrainedTokenizerBase,
-    prompt: Prompt,
-    completion: str | Sequence[Mapping[str, Any]],
-    tools: Tools = None,
-) -> tuple[list[int], list[int]]:
-    """(prompt tokens, critique tokens) of one training row, as TRL's prompt-completion preparation tokenises it:
-    the critique is what prompt + completion adds to the prompt (their common prefix is the prompt), and ends in EOS
-    (the chat template's end of turn, or the EOS id after text)."""
-    if isinstance(prompt, str) or not tokenizer.chat_template:
-        if isinstance(prompt, str):
-            prompt_text = prompt
-            critique = completion if isinstance(completion, str) else " " + completion_text(completion)
-        else:
-            prompt_text = render_prompt(tokenizer, prompt)
-            critique = " " + completion_text(completion)
-        full = list(tokenizer(prompt_text + critique)["input_ids"])
-        # The EOS id, not its string: a word-level tokenizer would read "...better<eos>" as one unknown word.
-        if tokenizer.eos_token_id is not None and (not full or full[-1] != tokenizer.eos_token_id):
-            full.append(tokenizer.eos_token_id)
-        head = list(tokenizer(prompt_text)["input_ids"])
-    else:
-        messages = [{"role": "assistant", "content": completion}] if isinstance(completion, str) else list(completion)
-        head = prompt_ids(tokenizer, prompt, tools)
-        encoded = tokenizer.apply_chat_template(
-            [*prompt, *messages], tools=list(tools) if tools else None, tokenize=True, return_dict=True
-        )
-        full = list(encoded["input_ids"])
-    shared = 0
-    for a, b in zip(head, full, strict=False):
-        if a != b:
-            break
-        shared += 1
-    return full[:shared], full[shared:]
-
-
-def fit_prompt(ids: list[int], budget: int) -> list[int]:
-    """Cut an over-long prompt in the middle: its start (the task and first observation) and its end (the steps
-    nearest the request, and the request) say the most."""
-    if len(ids) <= budget:
-        return ids
-    head = budget // 2
-    return ids[:head] + ids[len(ids) - (budget - head) :]
-
-
-def fit_example(prompt: list[int], critique: list[int], max_length: int) -> tuple[list[int], list[int]]:
-    """Fit prompt + critique into `max_length` tokens: the critique keeps up to half of them (its start, if it is
-    longer still), the prompt the rest, cut in the middle."""
-    if len(prompt) + len(critique) <= max_length:
-        return prompt, critique
-    critique = critique[: max(max_length // 2, max_length - len(prompt))]
-    return fit_prompt(prompt, max_length - len(critique)), critique
 
 
 @dataclass

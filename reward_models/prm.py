@@ -26,41 +26,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    ConfigError,
-    Reporter,
-    SilentReporter,
-    bad_rows,
-    cli,
-    finished_summary,
-    read_rows,
-    require,
-    row_tools,
-    rows_error,
-    split_by_task,
-    with_local_base,
-    write_manifest,
-)
-from reward_models.conversation import Message
+from reward_models.common.artifacts import finished_summary, write_manifest
+from reward_models.common.cli import cli
+from reward_models.common.config import ConfigError, require
+from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error, split_by_task
+from reward_models.common.judge_config import with_local_base
+from reward_models.common.reporting import Reporter, SilentReporter
+from reward_models.step_scorer import StepScorer
 from reward_models.steps import (
-    Pieces,
-    Prompt,
     StepHeadConfig,
-    Tools,
     load_step_model,
     loss_history,
+    pieces_problem,
     prepare_tokenizer,
-    read_steps,
     rows_style,
     save_head,
-    step_style,
     train_step_head,
     training_examples,
-    trajectory_steps,
 )
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    import torch
 
 KIND = "process_reward_model"
 ID2LABEL = {0: "bad", 1: "good"}
@@ -82,7 +68,7 @@ class PRMConfig(StepHeadConfig):
         require(0.0 < self.threshold < 1.0, "threshold", "must be between 0 and 1")
 
 
-class ProcessRewardModel:
+class ProcessRewardModel(StepScorer):
     """Scores each step of a trajectory with the probability that it is good.
 
     >>> prm = load_prm("var/models/prm")  # doctest: +SKIP
@@ -90,29 +76,15 @@ class ProcessRewardModel:
     [0.97]
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 16) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.style = step_style(model)  # the rows it trained on: conversational or text
+    def from_outputs(self, outputs: torch.Tensor) -> list[float]:
+        """P(good) from the two-way head's logits (0 bad, 1 good)."""
+        return outputs.softmax(-1)[:, 1].tolist()
 
-    def step_scores(self, prompt: Prompt, completions: Pieces, tools: Tools = None) -> list[float]:
-        """P(good) for each step piece of one trajectory (the stepwise export's `prompt`, `completions` and
-        `tools`)."""
-        return self.batch_step_scores([(prompt, completions)], [tools])[0]
-
-    def batch_step_scores(
-        self, trajectories: Sequence[tuple[Prompt, Pieces]], tools: Sequence[Tools] = ()
-    ) -> list[list[float]]:
-        outputs = read_steps(self.model, self.tokenizer, trajectories, self.batch_size, tools)
-        return [logits.softmax(-1)[:, 1].tolist() for logits in outputs]
-
-    def conversation_scores(
-        self, conversations: Sequence[Sequence[Message]], tools: Sequence[Tools] = ()
-    ) -> list[list[float]]:
-        """P(good) for every assistant turn of each trajectory conversation, laid out as the stepwise export lays
-        out a trajectory with every step labelled, in the style the PRM trained on."""
-        return self.batch_step_scores([trajectory_steps(messages, self.style) for messages in conversations], tools)
+    # P(good) for each step: of one trajectory (the stepwise export's `prompt`, `completions` and `tools`), of many,
+    # and after every assistant turn of trajectory conversations.
+    step_scores = StepScorer.score_trajectory
+    batch_step_scores = StepScorer.score_trajectories
+    conversation_scores = StepScorer.score_conversations
 
 
 def load_prm(path: str | Path, device: str | None = None) -> ProcessRewardModel:
@@ -131,14 +103,9 @@ def row_problems(rows: Sequence[dict[str, Any]], config: PRMConfig) -> dict[int,
 
 
 def _row_problem(row: dict[str, Any]) -> str | None:
-    prompt, completions, labels = row.get("prompt"), row.get("completions"), row.get("labels")
-    if not isinstance(prompt, str | list):
-        return "prompt must be text or messages (export stepwise rows)"
-    if not isinstance(completions, list) or not completions:
-        return "completions must be a non-empty list of step pieces"
-    piece = str if isinstance(prompt, str) else list
-    if not all(isinstance(completion, piece) for completion in completions):
-        return f"the step pieces must be {piece.__name__}s, as the prompt"
+    if problem := pieces_problem(row, "export stepwise rows"):
+        return problem
+    completions, labels = row["completions"], row.get("labels")
     if not isinstance(labels, list) or len(labels) != len(completions):
         return "labels must hold one true/false per completion"
     return None

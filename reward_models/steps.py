@@ -46,18 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    ConfigError,
-    JudgeConfig,
-    Reporter,
-    checkpoint_dir,
-    last_checkpoint,
-    resolve_precision,
-    seed_everything,
-    trained_model,
-    trainer_callback,
-    trainer_precision_args,
-)
+from reward_models.common.artifacts import checkpoint_dir, last_checkpoint, trained_model
+from reward_models.common.config import ConfigError
+from reward_models.common.judge_config import JudgeConfig
+from reward_models.common.reporting import Reporter, trainer_callback
+from reward_models.common.runtime import resolve_precision, seed_everything, trainer_precision_args
 from reward_models.conversation import Message
 from reward_models.policy.turns import message_steps, text_pair, text_steps, transcript
 
@@ -113,6 +106,21 @@ def rows_style(rows: Sequence[Mapping[str, Any]]) -> str:
     if len(styles) > 1:
         raise ConfigError("data_path", "mixes text rows and conversational rows")
     return styles.pop() if styles else "text"
+
+
+def pieces_problem(row: Mapping[str, Any], export: str) -> str | None:
+    """Why a row's ``prompt`` and ``completions`` are no trajectory in either style, or None: the prompt is text or
+    messages and the step pieces a non-empty list of the same kind. `export` says, for the message, how to export
+    such rows."""
+    prompt, completions = row.get("prompt"), row.get("completions")
+    if not isinstance(prompt, str | list):
+        return f"prompt must be text or messages ({export})"
+    if not isinstance(completions, list) or not completions:
+        return "completions must be a non-empty list of step pieces"
+    piece = str if isinstance(prompt, str) else list
+    if not all(isinstance(completion, piece) for completion in completions):
+        return f"the step pieces must be {piece.__name__}s, as the prompt"
+    return None
 
 
 def trajectory_steps(messages: Sequence[Message], style: str) -> tuple[Prompt, Pieces]:

@@ -36,42 +36,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    ConfigError,
-    Reporter,
-    SilentReporter,
-    bad_rows,
-    cli,
-    finished_summary,
-    read_rows,
-    require,
-    row_tools,
-    rows_error,
-    split_by_task,
-    with_local_base,
-    write_manifest,
-)
+from reward_models.common.artifacts import finished_summary, write_manifest
+from reward_models.common.cli import cli
+from reward_models.common.config import ConfigError, require
+from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error, split_by_task
+from reward_models.common.judge_config import with_local_base
+from reward_models.common.reporting import Reporter, SilentReporter
 from reward_models.conversation import Message
+from reward_models.step_scorer import StepScorer
 from reward_models.steps import (
-    Pieces,
-    Prompt,
     StepHeadConfig,
-    Tools,
     load_step_model,
     loss_history,
+    pieces_problem,
     prepare_tokenizer,
-    read_steps,
     regression_loss,
     rows_style,
     save_head,
-    step_style,
     train_step_head,
     training_examples,
-    trajectory_steps,
 )
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    import torch
 
 KIND = "value_critic"
 ID2LABEL = {0: "value"}
@@ -95,7 +82,7 @@ class ValueConfig(StepHeadConfig):
         require(0.0 <= self.gamma <= 1.0, "gamma", "must be between 0 and 1")
 
 
-class ValueCritic:
+class ValueCritic(StepScorer):
     """The value of a trajectory's history at each of its steps.
 
     >>> critic = load_value_critic("var/models/value")  # doctest: +SKIP
@@ -103,29 +90,15 @@ class ValueCritic:
     [0.96]
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 16) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.style = step_style(model)  # the rows it trained on: conversational or text
+    def from_outputs(self, outputs: torch.Tensor) -> list[float]:
+        """V: the one-output head's value."""
+        return outputs[:, 0].tolist()
 
-    def values(self, prompt: Prompt, completions: Pieces, tools: Tools = None) -> list[float]:
-        """V at the end of each step piece of one trajectory (the returns export's `prompt`, `completions` and
-        `tools`)."""
-        return self.batch_values([(prompt, completions)], [tools])[0]
-
-    def batch_values(
-        self, trajectories: Sequence[tuple[Prompt, Pieces]], tools: Sequence[Tools] = ()
-    ) -> list[list[float]]:
-        outputs = read_steps(self.model, self.tokenizer, trajectories, self.batch_size, tools)
-        return [output[:, 0].tolist() for output in outputs]
-
-    def conversation_values(
-        self, conversations: Sequence[Sequence[Message]], tools: Sequence[Tools] = ()
-    ) -> list[list[float]]:
-        """V after every assistant turn of each trajectory conversation, laid out as the returns export lays out a
-        trajectory, in the style the critic trained on."""
-        return self.batch_values([trajectory_steps(messages, self.style) for messages in conversations], tools)
+    # V at the end of each step: of one trajectory (the returns export's `prompt`, `completions` and `tools`), of
+    # many, and after every assistant turn of trajectory conversations.
+    values = StepScorer.score_trajectory
+    batch_values = StepScorer.score_trajectories
+    conversation_values = StepScorer.score_conversations
 
 
 def load_value_critic(path: str | Path, device: str | None = None) -> ValueCritic:
@@ -153,14 +126,9 @@ def row_problems(rows: Sequence[dict[str, Any]], config: ValueConfig) -> dict[in
 
 
 def _row_problem(row: dict[str, Any]) -> str | None:
-    prompt, completions, rewards = row.get("prompt"), row.get("completions"), row.get("rewards")
-    if not isinstance(prompt, str | list):
-        return "prompt must be text or messages (export the returns layout)"
-    if not isinstance(completions, list) or not completions:
-        return "completions must be a non-empty list of step pieces"
-    piece = str if isinstance(prompt, str) else list
-    if not all(isinstance(completion, piece) for completion in completions):
-        return f"the step pieces must be {piece.__name__}s, as the prompt"
+    if problem := pieces_problem(row, "export the returns layout"):
+        return problem
+    completions, rewards = row["completions"], row.get("rewards")
     if rewards is not None and (not isinstance(rewards, list) or len(rewards) != len(completions)):
         return "rewards must be null or hold one number per completion"
     return None
@@ -198,7 +166,7 @@ def step_rewards(rows: Sequence[dict[str, Any]], config: ValueConfig, reporter: 
         for steps, scores in zip(judged, scored, strict=True):
             steps[:] = [score - 0.5 for score in scores]
     if config.reward_model:
-        from reward_models.reward import load_reward_model
+        from reward_models.reward.model import load_reward_model
 
         reward_model = load_reward_model(config.reward_model)
         if text_rows:

@@ -13,7 +13,8 @@ from typing import Any
 
 from feedback_app.exports.snapshots import snapshot_file
 from feedback_app.models import DatasetSnapshot
-from reward_models.common import ConfigError, read_rows, rows_error
+from reward_models.common.config import ConfigError
+from reward_models.common.data import read_rows, rows_error
 
 RowProblems = Callable[[Sequence[dict[str, Any]], Any], Mapping[int, str]]
 

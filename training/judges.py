@@ -35,9 +35,12 @@ from feedback_app.models import (
     TrainingRun,
 )
 from feedback_app.models.trajectories import PolicyKind
-from reward_models import critic_lm, prm, reward, value
-from reward_models.common import CHECKPOINT_DIR, ConfigError, config_errors, config_from_dict
+from reward_models import critic_lm, prm, value
+from reward_models.common.artifacts import CHECKPOINT_DIR
+from reward_models.common.config import ConfigError, config_errors, config_from_dict
 from reward_models.finetune import preference_model
+from reward_models.reward import train as reward_pipeline
+from reward_models.reward.config import RewardConfig
 from training import data_checks
 from training.runs import RunRecorder
 
@@ -63,7 +66,7 @@ class Pipeline:
 
 
 PIPELINES: dict[str, Pipeline] = {
-    RunKind.REWARD_MODEL: Pipeline.of(reward, reward.RewardConfig, ("preference",)),
+    RunKind.REWARD_MODEL: Pipeline.of(reward_pipeline, RewardConfig, ("preference",)),
     RunKind.PRM: Pipeline.of(prm, prm.PRMConfig, ("stepwise",)),
     RunKind.VALUE_CRITIC: Pipeline.of(
         value,

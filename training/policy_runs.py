@@ -40,7 +40,8 @@ from feedback_app.models import (
     TrainingRun,
 )
 from feedback_app.models.trajectories import PolicyKind, TaskSplit
-from reward_models.common import CHECKPOINT_DIR, ConfigError, config_errors, config_from_dict
+from reward_models.common.artifacts import CHECKPOINT_DIR
+from reward_models.common.config import ConfigError, config_errors, config_from_dict
 from reward_models.finetune import dpo, grpo, kto, nash, ppo, ppo_config, sft
 from training import data_checks
 from training.judges import LaunchError, default_base_policy, json_safe

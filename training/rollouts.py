@@ -339,7 +339,7 @@ def record_reward_model_scores(
 ) -> dict[str, float]:
     """Score both versions' review trajectories with the project's newest reward model and store each mean as an
     `rm_score` evaluation. Without a reward model there is nothing to record."""
-    from reward_models.reward import load_reward_model
+    from reward_models.reward.model import load_reward_model
 
     judge = (
         RegisteredModel.objects.filter(project=run.project, kind=JudgeKind.REWARD_MODEL)

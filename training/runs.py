@@ -21,7 +21,7 @@ from django.db.models.functions import Concat
 from django.utils import timezone
 
 from feedback_app.models import RunStatus, TrainingRun
-from reward_models.common import ConfigError
+from reward_models.common.config import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ from feedback_app.models.trajectories import TrajectorySource
 from feedback_app.queue import enqueue_comparisons, enqueue_trajectories, pairs_within_tasks
 
 if TYPE_CHECKING:
-    from reward_models.reward import RewardModel
+    from reward_models.reward.model import RewardModel
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ Pair = tuple[Trajectory, Trajectory]
 
 class Scorer(Protocol):
     """What selection needs of a reward model: each member's reward per (prompt, completion), ``[member][example]``
-    (`reward_models.reward.RewardModel` is one)."""
+    (`reward_models.reward.model.RewardModel` is one)."""
 
     def member_rewards(self, prompts: Sequence, completions: Sequence) -> list[list[float]]: ...
 
@@ -210,7 +210,7 @@ def newest_reward_model(project: Project, device: str | None = None) -> RewardMo
 
 @lru_cache(maxsize=2)
 def _load_reward_model(path: str, device: str | None) -> RewardModel:
-    from reward_models.reward import load_reward_model
+    from reward_models.reward.model import load_reward_model
 
     return load_reward_model(path, device)
 

@@ -19,7 +19,7 @@ from functools import cache
 from typing import Any
 
 from feedback_app.models import JudgeKind, RunKind
-from reward_models.common import JudgeConfig
+from reward_models.common.judge_config import JudgeConfig
 from reward_models.finetune.config import PolicyTrainConfig
 from training import launch
 from training.launch import LaunchError, RolloutConfig

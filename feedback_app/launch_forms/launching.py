@@ -12,7 +12,7 @@ from feedback_app.exports.snapshots import snapshot_file
 from feedback_app.launch_forms.forms import RunForm, run_form
 from feedback_app.launch_forms.new_snapshot import NewSnapshot
 from feedback_app.models import DatasetSnapshot, PolicyVersion, Project, RegisteredModel, TrainingRun
-from reward_models.common import config_errors, config_from_dict
+from reward_models.common.config import config_errors, config_from_dict
 from training import launch
 from training.launch import LaunchError, RolloutConfig
 

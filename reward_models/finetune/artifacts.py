@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import ARTIFACT_MANIFEST, Reporter, finished_summary, first_process, write_manifest
+from reward_models.common.artifacts import ARTIFACT_MANIFEST, finished_summary, write_manifest
+from reward_models.common.cli import first_process
+from reward_models.common.reporting import Reporter
 from reward_models.finetune.config import PolicyTrainConfig
 from reward_models.policy.model import save_policy
 

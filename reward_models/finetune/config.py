@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from reward_models.common import PRECISIONS, ConfigError, require
+from reward_models.common.config import ConfigError, require
+from reward_models.common.judge_config import PRECISIONS
 from reward_models.envs.base import Environment, load_environment, training_seeds
 
 GRIDWORLD = "reward_models.envs.gridworld.GridWorld"

@@ -58,19 +58,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reward_models.common import (
-    ConfigError,
-    Reporter,
-    SilentReporter,
-    bad_rows,
-    checkpoint_dir,
-    cli,
-    read_rows,
-    require,
-    seed_everything,
-    trained_model,
-    trainer_callback,
-)
+from reward_models.common.artifacts import checkpoint_dir, trained_model
+from reward_models.common.cli import cli
+from reward_models.common.config import ConfigError, require
+from reward_models.common.data import bad_rows, read_rows
+from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
+from reward_models.common.runtime import seed_everything
 from reward_models.finetune.artifacts import finished_policy, save_trained_policy
 from reward_models.finetune.config import PolicyTrainConfig, environment_factory
 from reward_models.finetune.dpo_pairs import (

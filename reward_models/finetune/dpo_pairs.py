@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import bad_rows, row_tools, rows_error
+from reward_models.common.data import bad_rows, row_tools, rows_error
 from reward_models.conversation import Message, message_tool_calls
 from reward_models.envs.base import Environment, message_action
 from reward_models.finetune.turn_batches import is_messages, prompt_steps, row_conversation

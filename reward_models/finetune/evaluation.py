@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import Reporter
+from reward_models.common.reporting import Reporter
 from reward_models.finetune.config import PolicyTrainConfig, environment_factory
 
 if TYPE_CHECKING:

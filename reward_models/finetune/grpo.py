@@ -44,22 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reward_models.common import (
-    ConfigError,
-    Reporter,
-    SilentReporter,
-    checkpoint_dir,
-    cli,
-    last_checkpoint,
-    read_manifest,
-    read_rows,
-    require,
-    resolve_precision,
-    row_tools,
-    trained_model,
-    trainer_callback,
-    trainer_precision_args,
-)
+from reward_models.common.artifacts import checkpoint_dir, last_checkpoint, read_manifest, trained_model
+from reward_models.common.cli import cli
+from reward_models.common.config import ConfigError, require
+from reward_models.common.data import read_rows, row_tools
+from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
+from reward_models.common.runtime import resolve_precision, trainer_precision_args
 from reward_models.conversation import Message
 from reward_models.envs.base import message_action, prompt_messages, task_tools
 from reward_models.finetune.artifacts import finished_policy, save_trained_policy
@@ -128,7 +118,7 @@ class RewardModelReward:
     message."""
 
     def __init__(self, path: str | Path, device: str | None = None) -> None:
-        from reward_models.reward import load_reward_model
+        from reward_models.reward.model import load_reward_model
 
         self.model = load_reward_model(path, device)
         self.__name__ = "reward_model"

@@ -11,7 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import Reporter, checkpoint_dir, fresh_accelerator, resolve_precision
+from reward_models.common.artifacts import checkpoint_dir
+from reward_models.common.reporting import Reporter
+from reward_models.common.runtime import fresh_accelerator, resolve_precision
 from reward_models.envs.base import Environment
 from reward_models.finetune.config import PolicyTrainConfig
 

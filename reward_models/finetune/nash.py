@@ -63,7 +63,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import ConfigError, Reporter, SilentReporter, cli, read_manifest, require, trained_model
+from reward_models.common.artifacts import read_manifest, trained_model
+from reward_models.common.cli import cli
+from reward_models.common.config import ConfigError, require
+from reward_models.common.reporting import Reporter, SilentReporter
 from reward_models.finetune.artifacts import finished_policy, save_trained_policy
 from reward_models.finetune.config import PolicyTrainConfig, environment_factory, train_seeds_tasks
 from reward_models.finetune.evaluation import evaluate_base, evaluate_policy, success_gain

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import model_directory
+from reward_models.common.judge_config import model_directory
 from reward_models.policy.model import read_policy_settings
 
 if TYPE_CHECKING:

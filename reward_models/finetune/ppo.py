@@ -58,7 +58,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reward_models.common import Reporter, SilentReporter, checkpoint_dir, cli, resolve_precision, seed_everything
+from reward_models.common.artifacts import checkpoint_dir
+from reward_models.common.cli import cli
+from reward_models.common.reporting import Reporter, SilentReporter
+from reward_models.common.runtime import resolve_precision, seed_everything
 from reward_models.finetune.artifacts import finished_policy, save_trained_policy
 from reward_models.finetune.evaluation import evaluate_base, evaluate_policy, success_gain
 from reward_models.finetune.loops import make_accelerator, out_of_time, resume_loop_checkpoint

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reward_models.common import require
+from reward_models.common.config import require
 from reward_models.finetune.config import PolicyTrainConfig
 from reward_models.finetune.ppo_rewards import PRM_SHAPINGS, REWARD_LAYOUTS
 

@@ -172,7 +172,7 @@ class JudgeRewards:
         prm_shaping: str = "penalty",
     ) -> None:
         from reward_models.prm import load_prm
-        from reward_models.reward import load_reward_model
+        from reward_models.reward.model import load_reward_model
 
         if not (reward_model_path or prm_path):
             raise ValueError("a reward model or a PRM is needed")
@@ -286,7 +286,7 @@ def load_critic(
     import torch
     from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
 
-    from reward_models.common import ConfigError
+    from reward_models.common.config import ConfigError
     from reward_models.steps import prepare_tokenizer
 
     try:

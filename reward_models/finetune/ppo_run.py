@@ -13,7 +13,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import Reporter, checkpoint_dir
+from reward_models.common.artifacts import checkpoint_dir
+from reward_models.common.reporting import Reporter
 from reward_models.envs.base import training_seeds
 from reward_models.finetune.config import environment_factory, train_seeds_tasks
 from reward_models.finetune.loops import (

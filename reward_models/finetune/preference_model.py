@@ -49,26 +49,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import (
-    ConfigError,
-    JudgeConfig,
-    Reporter,
-    SilentReporter,
-    bad_rows,
-    checkpoint_dir,
-    cli,
-    finished_summary,
-    fresh_accelerator,
-    read_rows,
-    require,
-    resolve_precision,
-    row_tools,
-    rows_error,
-    split_by_task,
-    trained_model,
-    with_local_base,
-    write_manifest,
-)
+from reward_models.common.artifacts import checkpoint_dir, finished_summary, trained_model, write_manifest
+from reward_models.common.cli import cli
+from reward_models.common.config import ConfigError, require
+from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error, split_by_task
+from reward_models.common.judge_config import JudgeConfig, with_local_base
+from reward_models.common.reporting import Reporter, SilentReporter
+from reward_models.common.runtime import fresh_accelerator, resolve_precision
 from reward_models.finetune.preference_scoring import (
     KIND,
     PreferenceModel,
@@ -130,7 +117,7 @@ def pair_loss(chosen: torch.Tensor, rejected: torch.Tensor, tie: torch.Tensor) -
 def row_problems(rows: Sequence[dict[str, Any]], config: PreferenceModelConfig) -> dict[int, str]:
     """The rows the preference model cannot learn from, by number, and why (the reward model's check: both read
     the same rows)."""
-    from reward_models.reward import preference_row_problem
+    from reward_models.reward.train import preference_row_problem
 
     return bad_rows(rows, preference_row_problem)
 
@@ -138,7 +125,7 @@ def row_problems(rows: Sequence[dict[str, Any]], config: PreferenceModelConfig) 
 def evaluate(model: PreferenceModel | RewardModelPreference, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Held-out accuracy and log-loss of P(chosen > rejected) on non-tie rows, overall and by ``pair_type``; tie
     rows apart as their mean |P - 1/2|."""
-    from reward_models.reward import expected_calibration_error
+    from reward_models.reward.metrics import expected_calibration_error
 
     probabilities = model.probability(
         [(row["prompt"], row["chosen"], row["rejected"]) for row in rows], [row_tools(row) for row in rows]
@@ -177,7 +164,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     from transformers import AutoModelForSequenceClassification
 
     from reward_models.finetune.loops import process_share, resume_loop_checkpoint, save_loop_checkpoint
-    from reward_models.reward import encode, fit_length, load_tokenizer
+    from reward_models.reward.encoding import encode, fit_length, load_tokenizer
     from reward_models.steps import rows_style
 
     reporter = reporter or SilentReporter()

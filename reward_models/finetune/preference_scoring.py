@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common import ConfigError, read_manifest
+from reward_models.common.artifacts import read_manifest
+from reward_models.common.config import ConfigError
 from reward_models.policy.turns import judge_pair
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class PreferenceModel:
         self.style = style
 
     def encode(self, prompt: Conversation, completion: Conversation, tools: Tools = None) -> list[int]:
-        from reward_models.reward import encode_as_trained
+        from reward_models.reward.encoding import encode_as_trained
 
         return encode_as_trained(
             self.tokenizer, prompt, completion, tools, style=self.style, layout=self.layout, max_length=self.max_length
@@ -154,14 +155,14 @@ def load_preference_model(
         raise ConfigError("preference_model_path", str(exc)) from None
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if manifest.get("kind") == "reward_model":
-        from reward_models.reward import load_reward_model
+        from reward_models.reward.model import load_reward_model
 
         return RewardModelPreference(load_reward_model(path, device), layout or "full")
     if manifest.get("kind") != KIND:
         raise ConfigError(
             "preference_model_path", f"{path} holds a {manifest.get('kind')!r}, not a preference or reward model"
         )
-    from reward_models.reward import load_tokenizer
+    from reward_models.reward.encoding import load_tokenizer
 
     config = manifest["config"]
     model = AutoModelForSequenceClassification.from_pretrained(str(path / "model")).to(device).eval()

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from reward_models.common import checkpoint_dir
+from reward_models.common.artifacts import checkpoint_dir
 from reward_models.finetune.config import PolicyTrainConfig
 from reward_models.finetune.loops import out_of_time
 
@@ -30,7 +30,7 @@ def train_with_resume(trainer: Any, config: PolicyTrainConfig, reporter: Any, ex
     """Run a TRL or transformers `trainer` to its end, resuming from the run's last checkpoint. Returns the loss
     summary (`steps`, `first_loss`, `last_loss`, and the last logged value of each of `extra`, e.g. ``"kl"``) and the
     checkpoint it resumed from (None for a fresh start)."""
-    from reward_models.common import last_checkpoint
+    from reward_models.common.artifacts import last_checkpoint
 
     resume = last_checkpoint(config.output_dir)
     if resume:
@@ -51,7 +51,7 @@ def trl_arguments(config: PolicyTrainConfig, steps: int) -> dict[str, Any]:
     optimiser steps with linear decay after a 10 % warm-up, checkpoints in the run's checkpoint folder (the last two
     kept), the run's precision, no reports, no progress bars (the reporter reports), and no prompt cutting (prompts
     are cut from the left before they reach TRL)."""
-    from reward_models.common import resolve_precision, trainer_precision_args
+    from reward_models.common.runtime import resolve_precision, trainer_precision_args
 
     return {
         "output_dir": str(checkpoint_dir(config.output_dir)),

@@ -10,7 +10,7 @@ from django.urls import reverse
 from feedback_app.exports.filters import ExportFilters
 from feedback_app.exports.snapshots import create_snapshot
 from feedback_app.models import Comparison, Intervention, RunStatus, TrainingRun
-from reward_models.common import ConfigError
+from reward_models.common.config import ConfigError
 from reward_models.envs.gridworld import GridWorld
 from tests.feedback_app.test_training_view import field_html
 from tests.trajectories import correction

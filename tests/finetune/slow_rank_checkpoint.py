@@ -11,7 +11,7 @@ from pathlib import Path
 import accelerate.accelerator
 import torch
 
-from reward_models.common import fresh_accelerator
+from reward_models.common.runtime import fresh_accelerator
 from reward_models.finetune.config import PolicyTrainConfig
 from reward_models.finetune.loops import LOOP_STATE_FILE, save_loop_checkpoint
 

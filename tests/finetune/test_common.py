@@ -11,7 +11,8 @@ import pytest
 import torch
 from transformers import TrainerControl
 
-from reward_models.common import ConfigError, config_from_dict, fresh_accelerator
+from reward_models.common.config import ConfigError, config_from_dict
+from reward_models.common.runtime import fresh_accelerator
 from reward_models.envs.gridworld import GridWorld
 from reward_models.finetune.config import PolicyTrainConfig, train_seeds_tasks
 from reward_models.finetune.evaluation import evaluate_policy, success_gain
@@ -321,7 +322,7 @@ def test_max_seconds_stops_a_loop_and_a_trainer_once_the_time_is_up(tmp_path):
 def test_a_policy_is_named_by_its_directory_or_by_a_hub_id_read_from_the_local_cache(
     tiny_policy_dir, tmp_path, monkeypatch
 ):
-    from reward_models.common import model_directory
+    from reward_models.common.judge_config import model_directory
     from tests.reward_models.conftest import in_hub_cache
 
     snapshot = in_hub_cache(tiny_policy_dir, "tandem-test/tiny", tmp_path / "hub", monkeypatch)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from reward_models.common import ARTIFACT_MANIFEST
+from reward_models.common.artifacts import ARTIFACT_MANIFEST
 from reward_models.envs.gridworld import GridWorld
 from reward_models.policy.local import LocalCausalLMPolicy
 from reward_models.policy.turns import parse_decision
@@ -67,10 +67,10 @@ def judge_dir(tmp_path) -> Path:
 
 @pytest.fixture
 def stand_in_judges(monkeypatch):
-    from reward_models import reward
     from reward_models.finetune import preference_scoring
+    from reward_models.reward import model as reward_model
 
-    monkeypatch.setattr(reward, "load_reward_model", lambda *args, **kwargs: UpRewardModel())
+    monkeypatch.setattr(reward_model, "load_reward_model", lambda *args, **kwargs: UpRewardModel())
     monkeypatch.setattr(preference_scoring, "load_preference_model", lambda *args, **kwargs: UpPreferenceModel())
 
 

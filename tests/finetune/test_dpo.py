@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.common import ConfigError, config_from_dict, fresh_accelerator
+from reward_models.common.config import ConfigError, config_from_dict
+from reward_models.common.runtime import fresh_accelerator
 from reward_models.envs.gridworld import GridWorld
 from reward_models.finetune.dpo import DPOConfig, main, row_problems, sequence_logprobs, step_trainer
 from reward_models.finetune.dpo_pairs import (

@@ -3,7 +3,7 @@ counts as an action, and the counts of pairs a run trains on and why the others 
 
 from __future__ import annotations
 
-from reward_models.common import config_from_dict
+from reward_models.common.config import config_from_dict
 from reward_models.envs.gridworld import GridWorld
 from reward_models.finetune.dpo import DPOConfig, pair_counts
 from reward_models.finetune.dpo_pairs import PreferencePair, action_counts, action_key, balance_by_action

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.common import ConfigError, config_from_dict, read_manifest
+from reward_models.common.artifacts import read_manifest
+from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.envs.gridworld import GridWorld
 from reward_models.finetune.grpo import (
     GRPOConfig,
@@ -41,8 +42,8 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def reward_model_dir(tiny_base_model, tmp_path_factory) -> Path:
-    from reward_models.reward import RewardConfig
-    from reward_models.reward import main as train_reward
+    from reward_models.reward.config import RewardConfig
+    from reward_models.reward.train import main as train_reward
 
     work = tmp_path_factory.mktemp("grpo-rm")
     config = RewardConfig(
@@ -86,7 +87,7 @@ def test_first_step_rows_prefer_an_optimal_move_to_a_wasted_one():
 
 
 def test_the_reward_function_scores_prompt_and_completion_with_the_reward_model(reward_model_dir):
-    from reward_models.reward import load_reward_model
+    from reward_models.reward.model import load_reward_model
 
     rows = first_step_preference_rows(3, pairs_per_task=1, seed=1)
     prompts = [row["prompt"] for row in rows] * 2
@@ -122,8 +123,8 @@ def test_prompts_are_first_observations_of_training_tasks_or_a_snapshots_distinc
 
 def test_grpo_prompts_reach_trl_rendered_with_their_own_tools(tool_policy_dir, tmp_path):
     from reward_models.finetune.policy_model import load_policy_model
-    from reward_models.reward import RewardConfig
-    from reward_models.reward import main as train_reward
+    from reward_models.reward.config import RewardConfig
+    from reward_models.reward.train import main as train_reward
 
     tokenizer = load_policy_model(tool_policy_dir).tokenizer
     rows = tool_chat.step_preference_rows(2)

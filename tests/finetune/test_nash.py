@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.common import ConfigError, config_from_dict, read_manifest
+from reward_models.common.artifacts import read_manifest
+from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.finetune.nash import NashConfig, main
 from reward_models.finetune.nash_mixture import MixturePolicy, mixture_logprobs
 from reward_models.finetune.nash_objectives import group_advantages, reinforce_kl_loss, reinforce_loss, win_rates

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.common import ConfigError, config_from_dict
+from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.finetune.ppo import main, setup_run
 from reward_models.finetune.ppo_config import PPOConfig
 from reward_models.finetune.ppo_rewards import (
@@ -49,8 +49,8 @@ def judges(tmp_path_factory) -> dict[str, Path]:
     """A reward model and a PRM, trained for a few steps on oracle-labelled rows of the small grid."""
     from reward_models.prm import PRMConfig
     from reward_models.prm import main as train_prm
-    from reward_models.reward import RewardConfig
-    from reward_models.reward import main as train_reward_model
+    from reward_models.reward.config import RewardConfig
+    from reward_models.reward.train import main as train_reward_model
 
     folder = tmp_path_factory.mktemp("ppo-judges")
     base = build_tiny_base(folder / "base")
@@ -358,8 +358,8 @@ def test_ppo_on_tool_calls_renders_the_tools_scores_the_generated_tokens_and_jud
     from reward_models.finetune.ppo_rewards import JudgeRewards, prm_messages
     from reward_models.prm import PRMConfig
     from reward_models.prm import main as train_prm
-    from reward_models.reward import RewardConfig
-    from reward_models.reward import main as train_reward_model
+    from reward_models.reward.config import RewardConfig
+    from reward_models.reward.train import main as train_reward_model
 
     fast = {
         "batch_size": 4,

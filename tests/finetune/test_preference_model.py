@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.common import ConfigError, config_from_dict, read_manifest
+from reward_models.common.artifacts import read_manifest
+from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.finetune.preference_model import PreferenceModelConfig, main
 from reward_models.finetune.preference_scoring import (
     PreferenceModel,
@@ -184,8 +185,9 @@ def test_the_loader_gives_symmetric_probabilities_and_a_matching_win_matrix(trai
 
 
 def test_a_bradley_terry_reward_model_directory_loads_behind_the_same_interface(data_path, tiny_base_model, tmp_path):
-    from reward_models.reward import RewardConfig, load_reward_model
-    from reward_models.reward import main as train_reward
+    from reward_models.reward.config import RewardConfig
+    from reward_models.reward.model import load_reward_model
+    from reward_models.reward.train import main as train_reward
 
     config = RewardConfig(
         data_path=str(data_path), base_model=str(tiny_base_model), output_dir=str(tmp_path / "rm"), max_steps=3, **FAST

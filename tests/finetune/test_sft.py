@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.common import ConfigError, config_from_dict
+from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.finetune.policy_model import load_policy_model
 from reward_models.finetune.sft import SFTConfig, main, sft_examples, sft_trainer
 from reward_models.finetune.turn_batches import pad_turns

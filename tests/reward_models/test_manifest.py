@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 
-from reward_models.common import ARTIFACT_MANIFEST, write_manifest
+from reward_models.common.artifacts import ARTIFACT_MANIFEST, write_manifest
 
 
 def _write_many(output_dir: str, writer: int, times: int) -> None:

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from reward_models.common import ConfigError, config_from_dict, read_manifest, split_by_task
+from reward_models.common.artifacts import read_manifest
+from reward_models.common.config import ConfigError, config_from_dict
+from reward_models.common.data import split_by_task
 from reward_models.oracle_data import preference_rows, returns_rows, scripted_episodes, stepwise_rows, write_jsonl
 from reward_models.value import (
     ValueConfig,
@@ -71,8 +73,8 @@ def train_judges(episodes, base_model, folder: Path, style: str) -> tuple[Path, 
     """A PRM and a reward model trained (two steps each) on stepwise and preference rows of `style`: (prm, rm)."""
     from reward_models.prm import PRMConfig
     from reward_models.prm import main as train_prm
-    from reward_models.reward import RewardConfig
-    from reward_models.reward import main as train_reward_model
+    from reward_models.reward.config import RewardConfig
+    from reward_models.reward.train import main as train_reward_model
 
     stepwise = write_jsonl(stepwise_rows(episodes, style=style), folder / "stepwise.jsonl")
     train_prm(
@@ -172,7 +174,7 @@ def test_rows_without_rewards_take_step_rewards_from_the_prm_and_the_last_from_t
     episodes, text_judges, tiny_base_model, tmp_path
 ):
     from reward_models.prm import load_prm
-    from reward_models.reward import load_reward_model
+    from reward_models.reward.model import load_reward_model
 
     prm_dir, reward_model_dir = text_judges
     rows = returns_rows(episodes[:6], with_rewards=False)
@@ -194,7 +196,8 @@ def test_conversational_returns_are_scored_through_the_chat_template_the_judges_
     episodes, chat_judges, tiny_base_model, tmp_path
 ):
     from reward_models.prm import load_prm
-    from reward_models.reward import encode, load_reward_model
+    from reward_models.reward.encoding import encode
+    from reward_models.reward.model import load_reward_model
 
     prm_dir, reward_model_dir = chat_judges
     rows = returns_rows(episodes[:6], with_rewards=False, style="conversational")
@@ -224,8 +227,9 @@ def test_conversational_returns_are_scored_through_the_chat_template_the_judges_
 def test_conversational_returns_reach_the_judges_through_the_chat_template_with_their_tools(tool_policy_dir, tmp_path):
     from reward_models.prm import PRMConfig, load_prm
     from reward_models.prm import main as train_prm
-    from reward_models.reward import RewardConfig, load_reward_model
-    from reward_models.reward import main as train_reward_model
+    from reward_models.reward.config import RewardConfig
+    from reward_models.reward.model import load_reward_model
+    from reward_models.reward.train import main as train_reward_model
     from tests.reward_models import tool_chat
 
     base, folder = str(tool_policy_dir), str(tmp_path)

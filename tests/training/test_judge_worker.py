@@ -13,7 +13,7 @@ from feedback_app.exports.filters import ExportFilters
 from feedback_app.exports.snapshots import create_snapshot
 from feedback_app.imports import import_preference_stream
 from feedback_app.models import RegisteredModel, RunStatus, TrainingRun
-from reward_models.common import last_checkpoint
+from reward_models.common.artifacts import last_checkpoint
 from reward_models.oracle_data import preference_rows, scripted_episodes
 from training import tasks
 from training.judges import create_judge_run, run_output_dir

@@ -64,7 +64,7 @@ def test_a_reward_model_run_trains_on_the_snapshot_and_registers_the_model(
     assert figures["accuracy"] == model.metrics["accuracy"]
     assert run.summary["registered_model"] == model.pk
 
-    from reward_models.reward import load_reward_model
+    from reward_models.reward.model import load_reward_model
 
     rows = preference_rows(scripted_episodes(2, per_task=2, seed=12))
     mean, _ = load_reward_model(model.path).score([rows[0]["prompt"]], [rows[0]["chosen"]])
@@ -131,7 +131,7 @@ class _CrashingRecorder(RunRecorder):
 def test_a_crash_fails_the_run_with_its_traceback_and_keeps_the_last_good_checkpoint(
     project, tiny_policy, preference_snapshot
 ):
-    from reward_models.common import last_checkpoint
+    from reward_models.common.artifacts import last_checkpoint
     from training.judges import run_output_dir
 
     run = create_judge_run(project, "reward_model", snapshot=preference_snapshot, config=QUICK)
@@ -145,7 +145,7 @@ def test_a_crash_fails_the_run_with_its_traceback_and_keeps_the_last_good_checkp
 
 
 def test_every_judge_kind_names_a_pipeline_that_exists():
-    from reward_models.common import JudgeConfig
+    from reward_models.common.judge_config import JudgeConfig
     from training.judges import PIPELINES
 
     assert set(PIPELINES) == {"reward_model", "prm", "value_critic", "generative_critic", "preference_model"}

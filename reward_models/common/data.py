@@ -1,0 +1,92 @@
+"""Reading a Tandem export: its rows (JSONL or Parquet), a trainer's row check and the error that names the bad
+rows, the split by task into training and held-out rows, and a row's tools and transcript."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from reward_models.common.config import ConfigError
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Every row of an exported file, JSONL or Parquet. A missing file is a `ConfigError` on `data_path`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("data_path", f"no such file: {path}")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    rows = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ConfigError("data_path", f"line {number} is not JSON: {exc.msg}") from None
+    return rows
+
+
+def bad_rows(rows: Sequence[dict[str, Any]], problem: Callable[[dict[str, Any]], str | None]) -> dict[int, str]:
+    """The number (from 1) and reason of every row `problem` finds fault with: a trainer's own row check, which it
+    runs when it loads its data and Tandem runs on a snapshot before it launches a run."""
+    return {number: reason for number, row in enumerate(rows, start=1) if (reason := problem(row))}
+
+
+def rows_error(problems: Mapping[int, str], total: int) -> ConfigError:
+    """A `ConfigError` on `data_path` that names every bad row (`bad_rows`), grouped by reason.
+
+    >>> str(rows_error({13: "no prompt", 20: "no prompt", 31: "empty"}, 40))
+    'data_path: 3 of 40 rows cannot be used: rows 13, 20: no prompt; row 31: empty'
+    """
+    by_reason: dict[str, list[int]] = {}
+    for number, reason in sorted(problems.items()):
+        by_reason.setdefault(reason, []).append(number)
+    parts = []
+    for reason, numbers in by_reason.items():
+        shown = ", ".join(str(number) for number in numbers[:10])
+        more = f" and {len(numbers) - 10} more" if len(numbers) > 10 else ""
+        parts.append(f"row{'s' if len(numbers) > 1 else ''} {shown}{more}: {reason}")
+    return ConfigError("data_path", f"{len(problems)} of {total} rows cannot be used: {'; '.join(parts)}")
+
+
+def split_by_task(
+    rows: Sequence[dict[str, Any]], eval_fraction: float, seed: int, key: str = "task_id"
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, held out): whole tasks go to one side, so evaluation measures generalisation to unseen tasks. Rows
+    without the key are split one by one. With `eval_fraction` 0 everything trains."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for index, row in enumerate(rows):
+        group = row.get(key)
+        groups.setdefault(("row", index) if group is None else ("task", group), []).append(row)
+    names = sorted(groups, key=repr)
+    random.Random(seed).shuffle(names)
+    n_eval = round(len(names) * eval_fraction)
+    if eval_fraction > 0 and len(names) > 1:
+        n_eval = min(max(n_eval, 1), len(names) - 1)
+    held_out = set(names[:n_eval])
+    train = [row for name in names if name not in held_out for row in groups[name]]
+    evaluation = [row for name in names if name in held_out for row in groups[name]]
+    return train, evaluation
+
+
+def row_tools(row: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The tool schemas a conversational row offers the agent (its ``tools`` column: a list in JSONL, JSON text in
+    Parquet), in the form ``apply_chat_template(..., tools=...)`` takes them: None when it offers none."""
+    tools = row.get("tools")
+    if isinstance(tools, str):
+        tools = json.loads(tools) if tools else None
+    return list(tools) if tools else None
+
+
+def message_text(messages: str | Sequence[Mapping[str, str]]) -> str:
+    """Conversational turns as the ``Role: content`` transcript (`reward_models.policy.turns.transcript`, the form of
+    the exports' `text` style and of prompts for models without a chat template); plain text is returned as it is."""
+    from reward_models.policy.turns import transcript
+
+    return messages if isinstance(messages, str) else transcript(messages)

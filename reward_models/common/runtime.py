@@ -1,0 +1,54 @@
+"""Devices and precision for training: resolving ``auto`` precision on this machine, the matching `Trainer`
+arguments, a fresh `Accelerator`, and seeding every random generator. torch is imported inside each function."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from reward_models.common.config import ConfigError
+
+
+def resolve_precision(precision: str) -> str:
+    """fp32, bf16 or fp16 for this machine: `auto` is bf16 on a CUDA device that supports it, else fp32. Asking
+    for bf16 or fp16 without CUDA is a `ConfigError`."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if precision == "auto":
+        return "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
+    if precision in ("bf16", "fp16") and not cuda:
+        raise ConfigError("precision", f"{precision} needs a CUDA device; this machine has none (use fp32 or auto)")
+    return precision
+
+
+def trainer_precision_args(precision: str) -> dict[str, Any]:
+    """The `TrainingArguments` fields for a resolved precision (TRL configs default to bf16, so always say)."""
+    import torch
+
+    return {"bf16": precision == "bf16", "fp16": precision == "fp16", "use_cpu": not torch.cuda.is_available()}
+
+
+def fresh_accelerator(precision: str) -> Any:
+    """An `Accelerator` for a resolved precision, on the GPU when there is one.
+
+    accelerate keeps one state per process and refuses a second `Accelerator` with another precision or device,
+    while a Celery worker runs one training run after another in the same process (a bf16 reward model, then an
+    fp32 policy run). Like transformers' `TrainingArguments`, start from a clean state; under `torchrun` the process
+    group survives the reset and is taken up again."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision]
+    return Accelerator(mixed_precision=mixed, cpu=not torch.cuda.is_available())
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
