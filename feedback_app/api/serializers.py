@@ -1,4 +1,4 @@
-"""Serializers of the REST API's resources. The import row schemas live in feedback_app/serializers.py.
+"""Serializers of the REST API's resources. The import row schemas live in feedback_app/trajectory_schema.py.
 
 Fields that reveal outcomes (success, returns, rewards, oracle facts) and, in blind projects, which policy made a
 trajectory are dropped for annotators by HiddenFieldsMixin; the schema documents them as "researchers and admins

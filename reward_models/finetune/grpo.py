@@ -6,8 +6,8 @@ completion (the policy's assistant turn). Each prompt reaches TRL already render
 its own tools (`text_prompt`; TRL's own rendering would give every prompt one list of tools), TRL samples
 ``num_generations`` completions per prompt and trains on exactly the tokens it sampled, `RewardModelReward` scores
 each (the prompt's messages + the completion as an assistant message, through
-``reward_models.reward.load_reward_model``: the reward model's own chat template, the same tools, its members' mean
-reward), and the policy is updated with group-relative advantages (GRPO) or leave-one-out baselines (RLOO). Only
+``reward_models.reward.model.load_reward_model``: the reward model's own chat template, the same tools, its members'
+mean reward), and the policy is updated with group-relative advantages (GRPO) or leave-one-out baselines (RLOO). Only
 completion tokens are in TRL's loss; the prompt is context.
 
 Prompts come from ``data_path`` (any exported conversational rows with a ``prompt`` column, e.g. the preference
