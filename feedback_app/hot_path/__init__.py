@@ -17,6 +17,8 @@ What it holds, one module per concern, each above `rows`:
 - `reads`: the membership (with its project and environment), the membership with an assignment, the pair of
   trajectories on the compare page and their steps, with the per-process cache of rendered steps.
 
-Callers call the named functions; they never hold SQL. The tests of these statements run on SQLite and on
-PostgreSQL (several are PostgreSQL's only: the one-statement lease, its plan, prepared statements).
+Callers call the named functions; they never hold SQL. The tests of these statements (tests/feedback_app:
+test_queue, test_labelling, test_compare_view, test_compare_submit, test_sessions, api/test_queue_api) run on
+PostgreSQL and on SQLite in CI (.ci/run); several are PostgreSQL's only (the one-statement lease, its plan,
+prepared statements).
 """
