@@ -6,35 +6,15 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 
-from feedback_app.models import EnvironmentSpec, Membership, Project, Role, Trajectory
-from feedback_app.rows import MAX_ID, Rows, fetch_one
-
-# Every page of a project starts with this query, the annotators' busiest request too (see feedback_app/rows.py).
-_MEMBERSHIPS, _PROJECTS, _ENVIRONMENTS = Rows(Membership, "m"), Rows(Project, "p"), Rows(EnvironmentSpec, "e")
-# The membership's columns (with its project and environment) and the tables they come from: `membership_from_row`
-# reads the first MEMBERSHIP_WIDTH values of a row. Other statements of busy requests join more onto these.
-MEMBERSHIP_COLUMNS = f"{_MEMBERSHIPS.columns}, {_PROJECTS.columns}, {_ENVIRONMENTS.columns}"
-MEMBERSHIP_TABLES = f"""{_MEMBERSHIPS.table}
-    JOIN {_PROJECTS.table} ON p.id = m.project_id
-    JOIN {_ENVIRONMENTS.table} ON e.id = p.environment_id"""
-MEMBERSHIP_WIDTH = _MEMBERSHIPS.width + _PROJECTS.width + _ENVIRONMENTS.width
-_MEMBERSHIP_SQL = f"SELECT {MEMBERSHIP_COLUMNS} FROM {MEMBERSHIP_TABLES} WHERE m.project_id = %s AND m.user_id = %s"
+from feedback_app.hot_path import reads
+from feedback_app.models import Membership, Project, Role, Trajectory
 
 
 def get_membership(request: HttpRequest, project_pk: int) -> Membership:
     """The user's membership of the project, with the project and its environment; 404 for outsiders."""
-    row = fetch_one(_MEMBERSHIP_SQL, [project_pk, request.user.pk]) if project_pk <= MAX_ID else None
-    if row is None:
+    membership = reads.membership(project_pk, request.user)
+    if membership is None:
         raise Http404("No such project.")
-    return membership_from_row(row, request.user)
-
-
-def membership_from_row(row, user) -> Membership:
-    """The membership of `user`, with its project and environment, from a row that starts with MEMBERSHIP_COLUMNS."""
-    membership = _MEMBERSHIPS.read(row)
-    membership.project = _PROJECTS.read(row[_MEMBERSHIPS.width :])
-    membership.project.environment = _ENVIRONMENTS.read(row[_MEMBERSHIPS.width + _PROJECTS.width :])
-    membership.user = user
     return membership
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import cache
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -24,19 +23,12 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from feedback_app import queue
+from feedback_app.hot_path.labels import label_rows
 from feedback_app.models import Assignment, LabelKind, Step, Trajectory
 from feedback_app.models.labels import LabelBase
-from feedback_app.rows import Rows
 
 # On a step-label item, the step page's other labels (critiques, ratings, interventions) answer the item too.
 STEP_PAGE_KINDS = {LabelKind.STEP_LABEL, LabelKind.CRITIQUE, LabelKind.RATING, LabelKind.INTERVENTION}
-
-
-@cache
-def rows_of(model) -> Rows:
-    """New labels are inserted with SQL written once; save() would build the INSERT again for each (there are no
-    signal receivers on labels to miss)."""
-    return Rows(model, "c")
 
 
 @dataclass
@@ -133,15 +125,15 @@ def store(
         new.query_strategy = assignment.item.query_strategy
     try:
         if insert_first and complete and connection.vendor == "postgresql":
-            if queue.insert_counted(rows_of(model), new, assignment):
+            if queue.insert_counted(label_rows(model), new, assignment):
                 return Stored(new, True)
         with transaction.atomic():
-            if insert_first and rows_of(model).insert(new, unless_conflict=True):
+            if insert_first and label_rows(model).insert(new, unless_conflict=True):
                 label, created = new, True
             elif (head := locked_head() if locked_head else current().select_for_update().first()) is None:
                 if validate:
                     new.full_clean(exclude=["assignment", "supersedes"])
-                rows_of(model).insert(new)
+                label_rows(model).insert(new)
                 label, created = new, True
             elif all(getattr(head, name) == value for name, value in changes.items()):
                 label, created = head, False

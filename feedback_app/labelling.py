@@ -12,15 +12,15 @@ import random
 import uuid
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 
 from feedback_app import queue
+from feedback_app.hot_path.labels import current_comparison
 from feedback_app.label_store import (
     Stored,
     by_token,
     check_assignment,
     check_trajectory_label,
-    rows_of,
     seconds,
     step_of,
     store,
@@ -44,7 +44,6 @@ from feedback_app.models.labels import (
     StepLabelValue,
 )
 from feedback_app.models.queue import AssignmentStatus
-from feedback_app.rows import fetch_one
 from reward_models.conversation import message_tool_calls
 from reward_models.envs.base import describe_message, message_action
 from training import launch
@@ -80,20 +79,6 @@ def shown_choice(choice: str, order: str) -> str:
     if choice == ComparisonChoice.B:
         return "right" if order == "ab" else "left"
     return choice
-
-
-# The annotator's current comparison of a pair, its row locked: the `current` query of a comparison, in SQL written
-# once (see feedback_app/rows.py). Parameters: annotator, trajectory a, trajectory b.
-_CURRENT_COMPARISON_SQL = (
-    f"SELECT {rows_of(Comparison).columns} FROM {rows_of(Comparison).table}"
-    " WHERE c.annotator_id = %s AND c.trajectory_a_id = %s AND c.trajectory_b_id = %s AND c.is_current"
-    + (" FOR UPDATE" if connection.features.has_select_for_update else "")
-)
-
-
-def _current_comparison(pair: list[int]) -> Comparison | None:
-    row = fetch_one(_CURRENT_COMPARISON_SQL, pair)
-    return None if row is None else rows_of(Comparison).read(row)
 
 
 def submit_comparison(
@@ -178,7 +163,7 @@ def _compare(
         current=lambda: Comparison.objects.filter(
             annotator=user, trajectory_a_id=a, trajectory_b_id=b, is_current=True
         ),
-        locked_head=lambda: _current_comparison([user.pk, a, b]),
+        locked_head=lambda: current_comparison(user.pk, a, b),
         new=Comparison(
             project_id=project_id,
             annotator=user,

@@ -96,8 +96,9 @@ DATABASES = {
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0, minimum=0),
     )
 }
-# The annotators' busiest statements are prepared once per connection on PostgreSQL (feedback_app/rows.py). Turn it
-# off behind a connection pooler that cannot keep prepared statements (PgBouncer in transaction mode before 1.21).
+# The annotators' busiest statements are prepared once per connection on PostgreSQL (feedback_app/hot_path/rows.py).
+# Turn it off behind a connection pooler that cannot keep prepared statements (PgBouncer in transaction mode before
+# 1.21).
 DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", True)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The web server and the worker write to the same file: WAL lets readers go on while one writes, and
@@ -117,7 +118,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-# Django's database sessions and ModelBackend, each reading with one hand-written statement (feedback_app/sessions.py).
+# Django's database sessions and ModelBackend, each reading with one hand-written statement (feedback_app/sessions.py,
+# feedback_app/hot_path/sessions.py).
 SESSION_ENGINE = "feedback_app.sessions"
 AUTHENTICATION_BACKENDS = ["feedback_app.sessions.UserBackend"]
 LOGIN_URL = "login"

@@ -6,14 +6,11 @@ Left and right are shuffled per assignment (labelling.displayed_order); the stor
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import OrderedDict
 
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db import connection
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -24,19 +21,17 @@ from django.views.decorators.vary import vary_on_headers
 
 from feedback_app import labelling, queue
 from feedback_app.access import get_project_for_member, sees_outcomes
+from feedback_app.hot_path import reads
 from feedback_app.models import (
     Assignment,
     Comparison,
     LabelKind,
     Membership,
-    PolicyVersion,
     Project,
     Step,
-    Task,
     Trajectory,
 )
 from feedback_app.models.queue import AssignmentStatus
-from feedback_app.rows import Rows, fetch_all
 from feedback_app.templatetags.tandem import mark_repeated_observations, step_card
 from feedback_app.views.workspace import get_membership_and_assignment
 
@@ -191,7 +186,7 @@ def _pair(assignment: Assignment, show_outcomes: bool) -> dict:
     """Both trajectories in the order shown, and their rendered steps aligned by index: row i holds i and step i of
     each (a note where that episode has ended)."""
     item = assignment.item
-    trajectories = _trajectories(item.trajectory_id, item.other_trajectory_id)
+    trajectories = reads.pair_trajectories(item.trajectory_id, item.other_trajectory_id)
     a, b = trajectories[item.trajectory_id], trajectories[item.other_trajectory_id]
     left, right = (a, b) if labelling.displayed_order(assignment) == "ab" else (b, a)
     left_steps, right_steps = _rendered_steps(left, show_outcomes), _rendered_steps(right, show_outcomes)
@@ -200,60 +195,10 @@ def _pair(assignment: Assignment, show_outcomes: bool) -> dict:
     return {"task": a.task, "left": left, "right": right, "rows": rows}
 
 
-# Only what the page shows (the oracle and metadata can be large, and annotators never see them), in SQL written once
-# for the annotators' busiest request (see feedback_app/rows.py).
-_TRAJECTORIES = Rows(Trajectory, "t", ["task", "policy_version", "success", "created_at"])
-_TASKS, _POLICIES = Rows(Task, "k", ["instruction"]), Rows(PolicyVersion, "v", ["name"])
-_PAIR_SQL = f"""
-    SELECT {_TRAJECTORIES.columns}, {_TASKS.columns}, {_POLICIES.columns}
-    FROM {_TRAJECTORIES.table}
-    JOIN {_TASKS.table} ON k.id = t.task_id
-    LEFT JOIN {_POLICIES.table} ON v.id = t.policy_version_id
-    WHERE t.id IN (%s, %s)
-"""
-
-
-def _trajectories(*pks: int) -> dict[int, Trajectory]:
-    """Two trajectories by id, with their task and policy version."""
-    trajectories = {}
-    for row in fetch_all(_PAIR_SQL, list(pks)):
-        trajectory = _TRAJECTORIES.read(row)
-        trajectory.task = _TASKS.read(row[_TRAJECTORIES.width :])
-        has_policy = trajectory.policy_version_id is not None
-        trajectory.policy_version = _POLICIES.read(row[_TRAJECTORIES.width + _TASKS.width :]) if has_policy else None
-        trajectories[trajectory.pk] = trajectory
-    return trajectories
-
-
-# Rendered steps of the trajectories shown lately, per process, the least recently shown dropped first beyond
-# STEP_CACHE_CHARACTERS (a gridworld trajectory renders to some 25,000). Steps never change once stored, and a
-# trajectory is shown in many comparisons (every pair it belongs to, times the overlap). The key holds the creation
-# time as well as the id, so a reused id (SQLite reuses them after a rollback) never finds another trajectory's steps.
-_STEP_CACHE: OrderedDict[tuple, tuple[dict[int, SafeString], int]] = OrderedDict()
-_STEP_CACHE_LOCK = threading.Lock()
-_step_cache_characters = 0
-STEP_CACHE_CHARACTERS = 20_000_000
-_STEPS = Rows(Step, "s")
-_STEPS_SQL = "SELECT {} FROM {} WHERE s.trajectory_id = %s ORDER BY s.{}".format(
-    _STEPS.columns, _STEPS.table, connection.ops.quote_name("index")
-)
-
-
 def _rendered_steps(trajectory: Trajectory, show_outcomes: bool) -> dict[int, SafeString]:
-    """The trajectory's steps rendered by `step_card`, by index."""
-    global _step_cache_characters
-    key = (trajectory.pk, trajectory.created_at, show_outcomes)
-    with _STEP_CACHE_LOCK:
-        if (cached := _STEP_CACHE.get(key)) is not None:
-            _STEP_CACHE.move_to_end(key)
-            return cached[0]
-    steps = mark_repeated_observations(_STEPS.read(row) for row in fetch_all(_STEPS_SQL, [trajectory.pk]))
-    rendered = {step.index: step_card(step, show_outcomes) for step in steps}
-    size = sum(map(len, rendered.values()))
-    with _STEP_CACHE_LOCK:
-        if key not in _STEP_CACHE:  # another thread may have rendered it meanwhile
-            _STEP_CACHE[key] = (rendered, size)
-            _step_cache_characters += size
-        while _step_cache_characters > STEP_CACHE_CHARACTERS and _STEP_CACHE:
-            _step_cache_characters -= _STEP_CACHE.popitem(last=False)[1][1]
-    return rendered
+    """The trajectory's steps rendered by `step_card`, by index (kept per process: `reads.rendered_steps`)."""
+
+    def render(steps: list[Step]) -> dict[int, SafeString]:
+        return {step.index: step_card(step, show_outcomes) for step in mark_repeated_observations(steps)}
+
+    return reads.rendered_steps(trajectory, show_outcomes, render)

@@ -9,16 +9,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from feedback_app import queue
-from feedback_app.access import (
-    MEMBERSHIP_COLUMNS,
-    MEMBERSHIP_TABLES,
-    MEMBERSHIP_WIDTH,
-    get_project_for_member,
-    membership_from_row,
-)
+from feedback_app.access import get_project_for_member
+from feedback_app.hot_path import reads
 from feedback_app.models import Assignment, LabelKind, Membership, Project
 from feedback_app.models.queue import AssignmentStatus
-from feedback_app.rows import MAX_ID, fetch_one
 
 # The URL name of the page that serves the next item of each kind (it takes project_pk). A single trajectory is
 # queued for step-label review, on the page where its critiques, ratings and interventions are made too; items of
@@ -42,24 +36,12 @@ def get_membership_and_assignment(
     """`get_project_for_member` and `get_own_assignment` in one statement, for the annotators' busiest request: the
     project, the user's membership, and the user's assignment `assignment_pk` of `kind` in it. 404 for outsiders,
     and for anyone else's assignment."""
-    row = None
-    if project_pk <= MAX_ID and assignment_pk <= MAX_ID:
-        row = fetch_one(_MEMBER_ASSIGNMENT_SQL, [assignment_pk, kind, project_pk, request.user.pk])
-    if row is None:
+    membership, assignment = reads.membership_and_assignment(project_pk, request.user, assignment_pk, kind)
+    if membership is None:
         raise Http404("No such project.")
-    membership = membership_from_row(row, request.user)
-    if row[MEMBERSHIP_WIDTH] is None:
+    if assignment is None:
         raise Http404("No such assignment of yours.")
-    return membership.project, membership, queue.assignment_from_row(row[MEMBERSHIP_WIDTH:], membership.project)
-
-
-_MEMBER_ASSIGNMENT_SQL = f"""
-    SELECT {MEMBERSHIP_COLUMNS}, {queue.ASSIGNMENT_COLUMNS}
-    FROM {MEMBERSHIP_TABLES}
-    LEFT JOIN ({queue.ASSIGNMENT_TABLE} JOIN {queue.ITEM_TABLE} ON qi.id = a.item_id)
-        ON a.id = %s AND a.annotator_id = m.user_id AND qi.project_id = m.project_id AND qi.kind = %s
-    WHERE m.project_id = %s AND m.user_id = %s
-"""
+    return membership.project, membership, assignment
 
 
 def get_own_assignment(request: HttpRequest, project: Project, assignment_pk: int, kind: str | None = None):

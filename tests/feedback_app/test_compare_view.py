@@ -263,17 +263,18 @@ def test_rendered_steps_are_reused_and_kept_within_their_budget(
 ):
     from collections import OrderedDict
 
+    from feedback_app.hot_path import reads
     from feedback_app.views import compare
 
-    monkeypatch.setattr(compare, "_STEP_CACHE", OrderedDict())
-    monkeypatch.setattr(compare, "_step_cache_characters", 0)
+    monkeypatch.setattr(reads, "_STEP_CACHE", OrderedDict())
+    monkeypatch.setattr(reads, "_step_cache_characters", 0)
     trajectories = [make_trajectory(3) for _ in range(4)]
     first = compare._rendered_steps(trajectories[0], False)
     with django_assert_num_queries(0):
         assert compare._rendered_steps(trajectories[0], False) == first
     one = sum(map(len, first.values()))
-    monkeypatch.setattr(compare, "STEP_CACHE_CHARACTERS", 2 * one + one // 2)  # room for two
+    monkeypatch.setattr(reads, "STEP_CACHE_CHARACTERS", 2 * one + one // 2)  # room for two
     for trajectory in trajectories[1:]:
         compare._rendered_steps(trajectory, False)
-    assert [key[0] for key in compare._STEP_CACHE] == [t.pk for t in trajectories[2:]]
-    assert compare._step_cache_characters == sum(size for _, size in compare._STEP_CACHE.values())
+    assert [key[0] for key in reads._STEP_CACHE] == [t.pk for t in trajectories[2:]]
+    assert reads._step_cache_characters == sum(size for _, size in reads._STEP_CACHE.values())

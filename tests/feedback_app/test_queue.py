@@ -10,6 +10,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from feedback_app import queue
+from feedback_app.hot_path import queue_sql
 from feedback_app.models import Assignment, LabelKind, QueueItem
 from feedback_app.models.queue import AssignmentStatus
 
@@ -106,7 +107,7 @@ def test_on_postgresql_a_plain_lease_is_one_statement_and_an_expired_lease_is_le
     queue.next_assignment(other_annotator, project)  # slot 1 of the same item
     later = timezone.now() + timedelta(minutes=project.lease_minutes + 1)
     # Both leases are now past their time: the one statement leaves the item alone, the transaction marks them.
-    assert queue._lease_at_once(project, third_annotator, None, False, later) == (second, None)
+    assert queue_sql.lease_at_once(project, third_annotator, None, False, later) == (second, None)
     assert Assignment.objects.filter(item=second).count() == 2
     taken = queue.next_assignment(third_annotator, project, now=later, rng=random.Random(0))
     assert (taken.item.pk, taken.slot) == (second.pk, 0)
@@ -195,7 +196,7 @@ def test_on_postgresql_a_look_for_gold_items_reads_no_item_that_is_not_gold(proj
     )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE feedback_app_queueitem")
-    sql = queue._open_item_sql(LabelKind.STEP_LABEL, "skip")
+    sql = queue_sql.open_item_sql(LabelKind.STEP_LABEL, "skip")
     params = [project.pk, True, LabelKind.STEP_LABEL, annotator.pk, "done", "leased", timezone.now()]
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
@@ -210,7 +211,7 @@ def test_on_postgresql_a_look_for_gold_items_reads_no_item_that_is_not_gold(proj
     assert [node.get("Index Name") for node in scans] == ["queueitem_open_in_order"]
     assert scans[0]["Actual Rows"] == 0
     assert scans[0].get("Rows Removed by Filter", 0) == 0  # it read none of the 3,000 open items
-    assert queue._open_item(project, annotator, LabelKind.STEP_LABEL, False, timezone.now(), "skip") is not None
+    assert queue_sql.open_item(project, annotator, LabelKind.STEP_LABEL, False, timezone.now(), "skip") is not None
 
 
 def test_the_lease_takes_the_first_item_that_open_items_lists(
@@ -239,7 +240,7 @@ def test_the_lease_takes_the_first_item_that_open_items_lists(
         for kind in (None, LabelKind.COMPARISON, LabelKind.STEP_LABEL):
             for gold in (False, True):
                 expected = queue.open_items(project, user, kind=kind, now=now).filter(is_gold=gold).first()
-                taken = queue._open_item(project, user, kind, gold, now, lock="none")
+                taken = queue_sql.open_item(project, user, kind, gold, now, lock="none")
                 assert taken == expected, (user.username, kind, gold)
                 checked += expected is not None
     assert checked >= 6  # the random state left open items to compare, not only empty queues
@@ -295,7 +296,7 @@ def test_items_filled_under_the_lease_do_not_make_the_queue_look_empty(
     """Under load the first open item is often filled by another annotator between the choice and the row lock; each
     such miss must send the lease on to the next item, not end it with "nothing left" (it gave up after three)."""
     queue.enqueue_trajectories(project, [make_trajectory(2) for _ in range(8)])
-    free_slot, misses = queue._free_slot, []
+    free_slot, misses = queue_sql.free_slot, []
 
     def filled_meanwhile(item, now):
         if len(misses) < 6:
@@ -303,9 +304,9 @@ def test_items_filled_under_the_lease_do_not_make_the_queue_look_empty(
             return None
         return free_slot(item, now)
 
-    monkeypatch.setattr(queue, "_free_slot", filled_meanwhile)
+    monkeypatch.setattr(queue_sql, "free_slot", filled_meanwhile)
     # PostgreSQL's one-statement lease would take the first item at once; the misses are the transaction's to handle.
-    monkeypatch.setattr(queue, "_lease_at_once", lambda *args: (None, None))
+    monkeypatch.setattr(queue_sql, "lease_at_once", lambda *args: (None, None))
     assignment = queue.next_assignment(annotator, project, rng=random.Random(0))
     assert len(misses) == 6
     assert assignment is not None and assignment.annotator == annotator

@@ -1,7 +1,6 @@
-"""Model rows from hand-written SQL, for the annotators' busiest request (submit-and-next).
+"""Model rows from hand-written SQL, for the annotators' busiest request (see `feedback_app.hot_path`).
 
-On that request the ORM spent more CPU building its statements than the database spent running them. The few
-statements it makes are therefore written once, as text, and their rows turned into model instances here, converted
+The statements of that request are written once, as text, and their rows turned into model instances here, converted
 exactly as the ORM converts them (SQLite gives text for datetimes and 0/1 for booleans). On PostgreSQL they are also
 prepared, once per connection: parsing and planning them again on every request was a third of the database's CPU.
 """
