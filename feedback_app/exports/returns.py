@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 from feedback_app.exports.conversation import Conversation, fetch_conversations, with_conversations
 from feedback_app.exports.filters import ExportFilters
-from feedback_app.exports.rows import BATCH_ITEMS, CHUNK_ROWS, ExportRow, add_tools, grouped_batches, step_pieces
+from feedback_app.exports.rows import BATCH_ITEMS, CHUNK_ROWS, ExportRow, grouped_batches, tools_of
 from feedback_app.models import Project, Trajectory
+from reward_models.rows import returns_row, step_pieces
 
 
 def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
@@ -46,16 +47,16 @@ def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow
             rewards = conversation.rewards
             if external_id is not None and not any(rewards):
                 rewards = None
-            values = {
-                "prompt": prompt,
-                "completions": completions,
-                "rewards": rewards,
-                "success": success,
-                "trajectory_id": trajectory_id,
-                "task_id": conversation.task_id,
-                "policy_version_id": conversation.policy_version_id,
-            }
-            add_tools(values, conversation, filters.style)
+            values = returns_row(
+                prompt,
+                completions,
+                rewards,
+                success,
+                trajectory_id=trajectory_id,
+                task_id=conversation.task_id,
+                policy_version_id=conversation.policy_version_id,
+                tools=tools_of(conversation, filters.style),
+            )
             yield ExportRow(values, "trajectory", [trajectory_id])
 
 

@@ -7,9 +7,8 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from feedback_app.exports.conversation import transcript
 from feedback_app.models import Comparison, Intervention, PolicyVersion
-from reward_models.policy.turns import render_prompt
+from reward_models.policy.turns import render_prompt, transcript
 from tests.feedback_app.exports.helpers import decision, prompt_until, rows, steps_of, turns_from
 from tests.trajectories import correction
 
@@ -223,7 +222,7 @@ def test_outside_a_transaction_conversations_are_fetched_in_the_background_with_
         return fetch(ids)
 
     monkeypatch.setattr(conversation, "fetch_conversations", recording_fetch)
-    monkeypatch.setattr("feedback_app.exports.rows.BATCH_ITEMS", 1)  # one pair per batch: many fetches ahead
+    monkeypatch.setattr("feedback_app.exports.preference.BATCH_ITEMS", 1)  # one pair per batch: many fetches ahead
 
     in_background = rows(project, "preference", aggregate="all")
     assert threads and all(name.startswith("export-fetch") for name in threads)
