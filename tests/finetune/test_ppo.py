@@ -26,10 +26,11 @@ from reward_models.finetune.ppo_rewards import (
     load_critic,
     reward_model_inputs,
 )
-from reward_models.oracle_data import build_tiny_base, preference_rows, scripted_episodes, stepwise_rows, write_jsonl
 from reward_models.policy.turns import elide_observations, render_prompt, transcript
 from reward_models.rollout import Episode, Step, episode_messages
 from reward_models.value import load_value_critic
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import build_tiny_base, preference_rows, stepwise_rows, write_jsonl
 from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled

@@ -20,8 +20,9 @@ from reward_models.critic_lm import (
     load_generative_critic,
     main,
 )
-from reward_models.oracle_data import critique_rows, scripted_episodes, write_jsonl
 from reward_models.policy.turns import transcript
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import critique_rows, write_jsonl
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 

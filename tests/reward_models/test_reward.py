@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from reward_models.common import ConfigError, config_from_dict, last_checkpoint, read_manifest, split_by_task
-from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
 from reward_models.policy.turns import text_pair
 from reward_models.reward import RewardConfig, evaluate, load_reward_model, main
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import preference_rows, write_jsonl
 from tests.reward_models import tool_chat
 from tests.reward_models.conftest import in_hub_cache
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
