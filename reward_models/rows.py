@@ -159,6 +159,15 @@ def rating_is_desirable(score: int | None, thumb_up: bool | None) -> bool | None
 # --- rows ----------------------------------------------------------------------------------------------------------
 
 
+def _optional(row: dict[str, Any], tools: list | None, tie: bool | None = None) -> dict[str, Any]:
+    """`row` with its last columns, where it has them: ``tools`` (a conversational row), then ``tie``."""
+    if tools is not None:
+        row["tools"] = tools
+    if tie is not None:
+        row["tie"] = tie
+    return row
+
+
 def pair_row(prompt: Any, chosen: Any, rejected: Any, columns: dict[str, Any]) -> dict[str, Any]:
     """A preference or step_preference row: the cut conversation, then the kind's other `columns`."""
     return {"prompt": prompt, "chosen": chosen, "rejected": rejected, **columns}
@@ -189,11 +198,7 @@ def preference_columns(
         "chosen_trajectory_id": chosen_trajectory_id,
         "rejected_trajectory_id": rejected_trajectory_id,
     }
-    if tools is not None:
-        columns["tools"] = tools
-    if tie is not None:
-        columns["tie"] = tie
-    return columns
+    return _optional(columns, tools, tie)
 
 
 def step_preference_columns(
@@ -225,11 +230,7 @@ def step_preference_columns(
         "chosen_trajectory_id": chosen_trajectory_id,
         "rejected_trajectory_id": rejected_trajectory_id,
     }
-    if tools is not None:
-        columns["tools"] = tools
-    if tie is not None:
-        columns["tie"] = tie
-    return columns
+    return _optional(columns, tools, tie)
 
 
 def stepwise_row(
@@ -260,9 +261,7 @@ def stepwise_row(
         "task_id": task_id,
         "source": source,
     }
-    if tools is not None:
-        row["tools"] = tools
-    return row
+    return _optional(row, tools)
 
 
 def unpaired_row(
@@ -288,9 +287,7 @@ def unpaired_row(
         "trajectory_id": trajectory_id,
         "task_id": task_id,
     }
-    if tools is not None:
-        row["tools"] = tools
-    return row
+    return _optional(row, tools)
 
 
 def sft_row(
@@ -370,6 +367,4 @@ def returns_row(
         "task_id": task_id,
         "policy_version_id": policy_version_id,
     }
-    if tools is not None:
-        row["tools"] = tools
-    return row
+    return _optional(row, tools)

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from feedback_app.exports.conversation import with_conversations
 from feedback_app.exports.filters import ExportFilters
 from feedback_app.exports.rows import (
-    BATCH_ITEMS,
-    CHUNK_ROWS,
     ExportRow,
     first_trajectories,
-    grouped_batches,
+    item_batches,
     label_queryset,
 )
 from feedback_app.models import Critique, Project
@@ -23,26 +20,21 @@ def critique_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRo
     it) shown as a transcript; `completion` is the annotator's critique. Also: trajectory_id, task_id,
     step_index, span_field, span_start, span_end, span_text, tags, annotator_ids, label_ids."""
     labels = label_queryset(Critique, project, filters, ("trajectory",))
-    rows = (
-        labels.order_by("trajectory_id", "id")
-        .values_list(
-            "id",
-            "annotator_id",
-            "trajectory_id",
-            "step__index",
-            "span_field",
-            "span_start",
-            "span_end",
-            "text",
-            "tags",
-            "step__observation",
-            "step__reasoning",
-            "step__action",
-        )
-        .iterator(chunk_size=CHUNK_ROWS)
+    rows = labels.order_by("trajectory_id", "id").values_list(
+        "id",
+        "annotator_id",
+        "trajectory_id",
+        "step__index",
+        "span_field",
+        "span_start",
+        "span_end",
+        "text",
+        "tags",
+        "step__observation",
+        "step__reasoning",
+        "step__action",
     )
-    batches = grouped_batches(rows, lambda row: row[2], BATCH_ITEMS)
-    for batch, conversations in with_conversations(batches, first_trajectories(2)):
+    for batch, conversations in item_batches(rows, lambda row: row[2], first_trajectories(2)):
         for group in batch:
             conversation = conversations[group[0][2]]
             for label_id, annotator_id, _, step, field, start, end, text, tags, *step_fields in group:

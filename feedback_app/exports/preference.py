@@ -10,9 +10,9 @@ from typing import Any
 from django.db.models import QuerySet
 
 from feedback_app.exports.aggregate import Verdict, Vote, aggregate
-from feedback_app.exports.conversation import Conversation, with_conversations
+from feedback_app.exports.conversation import Conversation
 from feedback_app.exports.filters import ExportFilters, Style, Ties
-from feedback_app.exports.rows import BATCH_ITEMS, CHUNK_ROWS, ExportRow, grouped_batches, label_queryset, provenance
+from feedback_app.exports.rows import ExportRow, item_batches, label_queryset, provenance
 from feedback_app.models import Comparison, Project
 from reward_models.policy.turns import Message
 from reward_models.rows import MARGIN_BY_STRENGTH, pair_row, preference_columns, split_pair
@@ -33,13 +33,10 @@ def comparison_verdicts(
     """(chosen, rejected, verdict) for every A-or-B verdict on the pairs `labels` judge, and with `ties=include`
     (a, b, verdict) for every tie verdict, in canonical order; both-bad gives none."""
     ties = filters.ties == Ties.INCLUDE
-    rows = (
-        labels.order_by("trajectory_a_id", "trajectory_b_id", "id")
-        .values_list("id", "annotator_id", "trajectory_a_id", "trajectory_b_id", "choice", "strength", "rationale")
-        .iterator(chunk_size=CHUNK_ROWS)
+    rows = labels.order_by("trajectory_a_id", "trajectory_b_id", "id").values_list(
+        "id", "annotator_id", "trajectory_a_id", "trajectory_b_id", "choice", "strength", "rationale"
     )
-    batches = grouped_batches(rows, lambda row: (row[2], row[3]), BATCH_ITEMS)
-    for batch, conversations in with_conversations(batches, _pair_trajectories):
+    for batch, conversations in item_batches(rows, lambda row: (row[2], row[3]), _pair_trajectories):
         for group in batch:
             a, b = conversations.get(group[0][2]), conversations.get(group[0][3])
             if a is None or b is None:  # deleted while the export ran

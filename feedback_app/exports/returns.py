@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from feedback_app.exports.conversation import Conversation, fetch_conversations, with_conversations
+from feedback_app.exports.conversation import Conversation, fetch_conversations
 from feedback_app.exports.filters import ExportFilters
-from feedback_app.exports.rows import BATCH_ITEMS, CHUNK_ROWS, ExportRow, grouped_batches, tools_of
+from feedback_app.exports.rows import ExportRow, item_batches, tools_of
 from feedback_app.models import Project, Trajectory
 from reward_models.rows import returns_row, step_pieces
 
@@ -36,9 +36,8 @@ def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow
         trajectories = trajectories.filter(policy_version_id__in=filters.policy_versions)
     if filters.sources:
         trajectories = trajectories.filter(source__in=filters.sources)
-    rows = trajectories.order_by("id").values_list("id", "success", "external_id").iterator(chunk_size=CHUNK_ROWS)
-    batches = grouped_batches(rows, lambda row: row[0], BATCH_ITEMS)
-    for batch, conversations in with_conversations(batches, _trajectory_ids, _conversations_with_rewards):
+    rows = trajectories.order_by("id").values_list("id", "success", "external_id")
+    for batch, conversations in item_batches(rows, lambda row: row[0], _trajectory_ids, _conversations_with_rewards):
         for [(trajectory_id, success, external_id)] in batch:
             conversation = conversations.get(trajectory_id)
             if conversation is None or conversation.num_steps == 0:

@@ -18,7 +18,7 @@ from typing import Any
 from django.db.models import Model, QuerySet
 
 from feedback_app.exports.aggregate import Verdict
-from feedback_app.exports.conversation import Conversation
+from feedback_app.exports.conversation import Conversation, with_conversations
 from feedback_app.exports.filters import ExportFilters, Style
 from feedback_app.models import Project
 
@@ -107,6 +107,19 @@ def grouped_batches(rows: Iterable[tuple], key: Callable[[tuple], Hashable], bat
         batch.append(group)
     if batch:
         yield batch
+
+
+def item_batches(
+    rows: QuerySet,
+    key: Callable[[tuple], Hashable],
+    trajectory_ids: Callable[[list[list]], Iterable[int]],
+    fetch: Callable[[list[int]], dict[int, Conversation]] | None = None,
+) -> Iterator[tuple[list[list], dict[int, Conversation]]]:
+    """`rows` (a `values_list` query in item order) read `CHUNK_ROWS` at a time, grouped by item (`key`), in batches
+    of about `BATCH_ITEMS` items, each with the conversations of the trajectories it names (`trajectory_ids`, fetched
+    by `fetch`; see `conversation.with_conversations`)."""
+    groups = grouped_batches(rows.iterator(chunk_size=CHUNK_ROWS), key, BATCH_ITEMS)
+    return with_conversations(groups, trajectory_ids, fetch)
 
 
 def first_trajectories(column: int) -> Callable[[list[list]], set[int]]:

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from feedback_app.exports.conversation import with_conversations
 from feedback_app.exports.filters import ExportFilters
 from feedback_app.exports.rows import (
-    BATCH_ITEMS,
-    CHUNK_ROWS,
     ExportRow,
     first_trajectories,
-    grouped_batches,
+    item_batches,
     label_queryset,
 )
 from feedback_app.models import Intervention, Project, Trajectory
@@ -38,9 +35,8 @@ def sft_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
         trajectories = trajectories.filter(created_at__lte=filters.until)
     if filters.policy_versions:
         trajectories = trajectories.filter(policy_version_id__in=filters.policy_versions)
-    ids = trajectories.order_by("id").values_list("id", flat=True).iterator(chunk_size=CHUNK_ROWS)
-    batches = grouped_batches(((tid,) for tid in ids), lambda row: row[0], BATCH_ITEMS)
-    for batch, conversations in with_conversations(batches, first_trajectories(0)):
+    ids = trajectories.order_by("id").values_list("id")
+    for batch, conversations in item_batches(ids, lambda row: row[0], first_trajectories(0)):
         for group in batch:
             conversation = conversations[group[0][0]]
             if conversation.num_steps == 0:
@@ -65,22 +61,17 @@ def _intervened_and_continued(batch: list[list]) -> set[int]:
 
 def _intervention_demonstrations(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
     labels = label_queryset(Intervention, project, filters, ("trajectory",))
-    rows = (
-        labels.order_by("trajectory_id", "step__index", "id")
-        .values_list(
-            "id",
-            "annotator_id",
-            "trajectory_id",
-            "step__index",
-            "corrected_message",
-            "takeover_actions",
-            "child_trajectory_id",
-            "child_trajectory__source",
-        )
-        .iterator(chunk_size=CHUNK_ROWS)
+    rows = labels.order_by("trajectory_id", "step__index", "id").values_list(
+        "id",
+        "annotator_id",
+        "trajectory_id",
+        "step__index",
+        "corrected_message",
+        "takeover_actions",
+        "child_trajectory_id",
+        "child_trajectory__source",
     )
-    batches = grouped_batches(rows, lambda row: row[2], BATCH_ITEMS)
-    for batch, conversations in with_conversations(batches, _intervened_and_continued):
+    for batch, conversations in item_batches(rows, lambda row: row[2], _intervened_and_continued):
         for group in batch:
             for label_id, annotator_id, trajectory_id, step, corrected, takeover, child_id, child_src in group:
                 child = conversations.get(child_id) if child_id is not None else None

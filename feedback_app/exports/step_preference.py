@@ -7,15 +7,12 @@ from collections.abc import Iterator
 
 from django.db.models import F, Q
 
-from feedback_app.exports.conversation import with_conversations
 from feedback_app.exports.filters import ExportFilters, Ties
 from feedback_app.exports.preference import comparison_judgement, comparison_verdicts
 from feedback_app.exports.rows import (
-    BATCH_ITEMS,
-    CHUNK_ROWS,
     ExportRow,
     first_trajectories,
-    grouped_batches,
+    item_batches,
     label_queryset,
     tools_of,
 )
@@ -44,22 +41,17 @@ def step_preference_rows(project: Project, filters: ExportFilters) -> Iterator[E
 def _intervention_pairs(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
     ties = filters.ties == Ties.INCLUDE
     labels = label_queryset(Intervention, project, filters, ("trajectory",))
-    rows = (
-        labels.order_by("trajectory_id", "step__index", "id")
-        .values_list(
-            "id",
-            "annotator_id",
-            "trajectory_id",
-            "step__index",
-            "original_message",
-            "corrected_message",
-            "reason",
-            "child_trajectory_id",
-        )
-        .iterator(chunk_size=CHUNK_ROWS)
+    rows = labels.order_by("trajectory_id", "step__index", "id").values_list(
+        "id",
+        "annotator_id",
+        "trajectory_id",
+        "step__index",
+        "original_message",
+        "corrected_message",
+        "reason",
+        "child_trajectory_id",
     )
-    batches = grouped_batches(rows, lambda row: row[2], BATCH_ITEMS)
-    for batch, conversations in with_conversations(batches, first_trajectories(2)):
+    for batch, conversations in item_batches(rows, lambda row: row[2], first_trajectories(2)):
         for group in batch:
             conversation = conversations[group[0][2]]
             for label_id, annotator_id, _, step, original, corrected, reason, child_id in group:

@@ -6,14 +6,12 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from feedback_app.exports.aggregate import Verdict, Vote, aggregate
-from feedback_app.exports.conversation import Conversation, with_conversations
+from feedback_app.exports.conversation import Conversation
 from feedback_app.exports.filters import Aggregation, ExportFilters, Interventions, Neutral, Style
 from feedback_app.exports.rows import (
-    BATCH_ITEMS,
-    CHUNK_ROWS,
     ExportRow,
     first_trajectories,
-    grouped_batches,
+    item_batches,
     label_queryset,
     tools_of,
 )
@@ -46,14 +44,11 @@ def stepwise_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRo
 
 def _step_label_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
     labels = label_queryset(StepLabel, project, filters, ("step__trajectory",))
-    rows = (
-        labels.order_by("step__trajectory_id", "step__index", "id")
-        .values_list("id", "annotator_id", "value", "step__trajectory_id", "step__index")
-        .iterator(chunk_size=CHUNK_ROWS)
+    rows = labels.order_by("step__trajectory_id", "step__index", "id").values_list(
+        "id", "annotator_id", "value", "step__trajectory_id", "step__index"
     )
     neutral = _NEUTRAL_AS[filters.neutral]
-    batches = grouped_batches(rows, lambda row: row[3], BATCH_ITEMS)
-    for batch, conversations in with_conversations(batches, first_trajectories(3)):
+    for batch, conversations in item_batches(rows, lambda row: row[3], first_trajectories(3)):
         for group in batch:
             votes_by_step: dict[int, list[Vote]] = defaultdict(list)
             for label_id, annotator_id, value, _, step in group:
@@ -102,20 +97,15 @@ def intervention_step_rows(project: Project, filters: ExportFilters) -> Iterator
     k), agreement 1.0, the intervention's annotator and id, and source "intervention". An intervention whose
     correction is the original decision again rejected nothing and gives no row."""
     labels = label_queryset(Intervention, project, filters, ("trajectory",))
-    rows = (
-        labels.order_by("trajectory_id", "step__index", "id")
-        .values_list(
-            "id",
-            "annotator_id",
-            "trajectory_id",
-            "step__index",
-            "original_message",
-            "corrected_message",
-        )
-        .iterator(chunk_size=CHUNK_ROWS)
+    rows = labels.order_by("trajectory_id", "step__index", "id").values_list(
+        "id",
+        "annotator_id",
+        "trajectory_id",
+        "step__index",
+        "original_message",
+        "corrected_message",
     )
-    batches = grouped_batches(rows, lambda row: row[2], BATCH_ITEMS)
-    for batch, conversations in with_conversations(batches, first_trajectories(2)):
+    for batch, conversations in item_batches(rows, lambda row: row[2], first_trajectories(2)):
         for group in batch:
             conversation = conversations.get(group[0][2])
             if conversation is None:  # deleted while the export ran

@@ -5,14 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from feedback_app.exports.aggregate import Vote, aggregate
-from feedback_app.exports.conversation import with_conversations
 from feedback_app.exports.filters import ExportFilters
 from feedback_app.exports.rows import (
-    BATCH_ITEMS,
-    CHUNK_ROWS,
     ExportRow,
     first_trajectories,
-    grouped_batches,
+    item_batches,
     label_queryset,
     provenance,
     tools_of,
@@ -26,13 +23,10 @@ def unpaired_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRo
     `completion` (the rest of the trajectory) and `label` (desirable or not; see
     `reward_models.rows.rating_is_desirable`). Also: agreement, annotator_ids, label_ids, trajectory_id, task_id."""
     labels = label_queryset(Rating, project, filters, ("trajectory",))
-    rows = (
-        labels.order_by("trajectory_id", "id")
-        .values_list("id", "annotator_id", "trajectory_id", "score", "thumb_up")
-        .iterator(chunk_size=CHUNK_ROWS)
+    rows = labels.order_by("trajectory_id", "id").values_list(
+        "id", "annotator_id", "trajectory_id", "score", "thumb_up"
     )
-    batches = grouped_batches(rows, lambda row: row[2], BATCH_ITEMS)
-    for batch, conversations in with_conversations(batches, first_trajectories(2)):
+    for batch, conversations in item_batches(rows, lambda row: row[2], first_trajectories(2)):
         for group in batch:
             conversation = conversations[group[0][2]]
             if conversation.num_steps == 0:

@@ -222,7 +222,7 @@ def test_outside_a_transaction_conversations_are_fetched_in_the_background_with_
         return fetch(ids)
 
     monkeypatch.setattr(conversation, "fetch_conversations", recording_fetch)
-    monkeypatch.setattr("feedback_app.exports.preference.BATCH_ITEMS", 1)  # one pair per batch: many fetches ahead
+    monkeypatch.setattr("feedback_app.exports.rows.BATCH_ITEMS", 1)  # one pair per batch: many fetches ahead
 
     in_background = rows(project, "preference", aggregate="all")
     assert threads and all(name.startswith("export-fetch") for name in threads)
