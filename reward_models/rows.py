@@ -159,12 +159,10 @@ def rating_is_desirable(score: int | None, thumb_up: bool | None) -> bool | None
 # --- rows ----------------------------------------------------------------------------------------------------------
 
 
-def _optional(row: dict[str, Any], tools: list | None, tie: bool | None = None) -> dict[str, Any]:
-    """`row` with its last columns, where it has them: ``tools`` (a conversational row), then ``tie``."""
+def _with_tools(row: dict[str, Any], tools: list | None) -> dict[str, Any]:
+    """`row` with its last column, ``tools``, where it has one (a conversational row)."""
     if tools is not None:
         row["tools"] = tools
-    if tie is not None:
-        row["tie"] = tie
     return row
 
 
@@ -198,7 +196,12 @@ def preference_columns(
         "chosen_trajectory_id": chosen_trajectory_id,
         "rejected_trajectory_id": rejected_trajectory_id,
     }
-    return _optional(columns, tools, tie)
+    # Spelled out rather than a helper's: this runs once for every row of the exports' busiest kinds.
+    if tools is not None:
+        columns["tools"] = tools
+    if tie is not None:
+        columns["tie"] = tie
+    return columns
 
 
 def step_preference_columns(
@@ -230,7 +233,12 @@ def step_preference_columns(
         "chosen_trajectory_id": chosen_trajectory_id,
         "rejected_trajectory_id": rejected_trajectory_id,
     }
-    return _optional(columns, tools, tie)
+    # Spelled out rather than a helper's: this runs once for every row of the exports' busiest kinds.
+    if tools is not None:
+        columns["tools"] = tools
+    if tie is not None:
+        columns["tie"] = tie
+    return columns
 
 
 def stepwise_row(
@@ -261,7 +269,7 @@ def stepwise_row(
         "task_id": task_id,
         "source": source,
     }
-    return _optional(row, tools)
+    return _with_tools(row, tools)
 
 
 def unpaired_row(
@@ -287,7 +295,7 @@ def unpaired_row(
         "trajectory_id": trajectory_id,
         "task_id": task_id,
     }
-    return _optional(row, tools)
+    return _with_tools(row, tools)
 
 
 def sft_row(
@@ -367,4 +375,4 @@ def returns_row(
         "task_id": task_id,
         "policy_version_id": policy_version_id,
     }
-    return _optional(row, tools)
+    return _with_tools(row, tools)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from typing import Any
 
 from django.db.models import QuerySet
 
@@ -50,29 +49,20 @@ def comparison_verdicts(
                     yield a, b, verdict
 
 
-def comparison_judgement(verdict: Verdict) -> dict[str, Any]:
-    """margin, agreement, rationale and provenance of a verdict. A tie asks for no gap, whatever its strength."""
+def comparison_judgement(verdict: Verdict) -> tuple[float, float, str, list[int], list[int]]:
+    """(margin, agreement, rationale, annotator_ids, label_ids) of a verdict. A tie asks for no gap, whatever its
+    strength."""
     if len(verdict.considered) == 1:  # one label: nothing to average or merge
         vote = verdict.considered[0]
-        return {
-            "margin": 0.0 if verdict.value == "tie" else MARGIN_BY_STRENGTH[vote.extra[0]],
-            "agreement": verdict.agreement,
-            "rationale": vote.extra[1],
-            "annotator_ids": [vote.annotator_id],
-            "label_ids": [vote.label_id],
-        }
+        margin = 0.0 if verdict.value == "tie" else MARGIN_BY_STRENGTH[vote.extra[0]]
+        return margin, verdict.agreement, vote.extra[1], [vote.annotator_id], [vote.label_id]
     label_ids, annotator_ids = provenance(verdict)
     if verdict.value == "tie":
         margin = 0.0
     else:
         margin = sum(MARGIN_BY_STRENGTH[vote.extra[0]] for vote in verdict.supporting) / len(verdict.supporting)
-    return {
-        "margin": margin,
-        "agreement": verdict.agreement,
-        "rationale": "\n\n".join(vote.extra[1] for vote in verdict.supporting if vote.extra[1]),
-        "annotator_ids": annotator_ids,
-        "label_ids": label_ids,
-    }
+    rationale = "\n\n".join(vote.extra[1] for vote in verdict.supporting if vote.extra[1])
+    return margin, verdict.agreement, rationale, annotator_ids, label_ids
 
 
 def preference_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
@@ -92,8 +82,13 @@ def preference_rows(project: Project, filters: ExportFilters) -> Iterator[Export
         # Same task, so normally the same prompt; if an imported pair starts from different observations, only the
         # messages both prompts begin with are shared.
         cut = chosen.shared_prompt(rejected)
+        margin, agreement, rationale, annotator_ids, label_ids = comparison_judgement(verdict)
         columns = preference_columns(
-            **comparison_judgement(verdict),
+            margin=margin,
+            agreement=agreement,
+            rationale=rationale,
+            annotator_ids=annotator_ids,
+            label_ids=label_ids,
             task_id=chosen.task_id,
             chosen_trajectory_id=chosen.trajectory_id,
             rejected_trajectory_id=rejected.trajectory_id,
@@ -103,10 +98,10 @@ def preference_rows(project: Project, filters: ExportFilters) -> Iterator[Export
         if conversational:
             json_head = f'"prompt":{chosen.json(0, cut)},"chosen":{chosen.json(cut)},"rejected":{rejected.json(cut)}'
             head = functools.partial(_conversational_head, chosen, rejected, cut)
-            yield ExportRow(None, "comparison", columns["label_ids"], json_head, columns, head)
+            yield ExportRow(None, "comparison", label_ids, json_head, columns, head)
         else:
             values = pair_row(*split_pair(chosen.messages, rejected.messages, cut, filters.style), columns)
-            yield ExportRow(values, "comparison", columns["label_ids"])
+            yield ExportRow(values, "comparison", label_ids)
 
 
 def _conversational_head(chosen: Conversation, rejected: Conversation, cut: int) -> dict[str, list[Message]]:
