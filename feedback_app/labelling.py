@@ -1,27 +1,30 @@
-"""Storing labels: one function per kind, shared by the HTML views and the API.
+"""Storing labels: one function per kind, shared by the HTML views and the REST API.
 
-Each function validates (a ValidationError whose keys name the fields), stores the label in one transaction, counts
-it towards its queue assignment, and is idempotent: a retried submit that carries the same `client_token` returns
-the label stored the first time (`created` is False) instead of storing a second one. Labels are append-only;
-`edit_label` writes a new revision.
+Each function validates (a ValidationError whose keys name the fields) and stores the label through
+`feedback_app.label_store`, so the rules are the same for every way in: one transaction, counted towards its queue
+assignment, idempotent under a retried `client_token`, and append-only (a second submit for the same item, or
+`edit_label`, writes a new revision).
 """
 
 from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import timedelta
-from functools import cache
-from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, connection, transaction
-from django.db.models import QuerySet
-from django.utils import timezone
+from django.db import connection, transaction
 
 from feedback_app import queue
+from feedback_app.label_store import (
+    Stored,
+    by_token,
+    check_assignment,
+    check_trajectory_label,
+    rows_of,
+    seconds,
+    step_of,
+    store,
+)
 from feedback_app.models import (
     Assignment,
     Comparison,
@@ -29,32 +32,29 @@ from feedback_app.models import (
     Intervention,
     LabelKind,
     Rating,
-    Step,
     StepLabel,
     Trajectory,
 )
-from feedback_app.models.labels import ComparisonChoice, LabelBase, SpanField, StaleRevision, StepLabelValue
+from feedback_app.models.labels import (
+    ComparisonChoice,
+    InterventionStatus,
+    LabelBase,
+    SpanField,
+    StaleRevision,
+    StepLabelValue,
+)
 from feedback_app.models.queue import AssignmentStatus
-from feedback_app.rows import Rows, fetch_one
+from feedback_app.rows import fetch_one
 from reward_models.conversation import message_tool_calls
 from reward_models.envs.base import describe_message, message_action
 from training import launch
 
 
-@cache
-def _rows(model) -> Rows:
-    """New labels are inserted with SQL written once; save() would build the INSERT again for each (there are no
-    signal receivers on labels to miss)."""
-    return Rows(model, "c")
+class StaleEdit(ValidationError):
+    """The label was revised since the editor read it; the edit is refused (a 409 to the API)."""
 
 
 DISPLAY_CHOICES = {"left", "right", ComparisonChoice.TIE, ComparisonChoice.BOTH_BAD}
-
-
-@dataclass
-class Stored:
-    label: Any
-    created: bool
 
 
 def displayed_order(assignment: Assignment) -> str:
@@ -82,10 +82,10 @@ def shown_choice(choice: str, order: str) -> str:
     return choice
 
 
-# The annotator's current comparison of a pair, its row locked: the `current` query of submit_comparison, in SQL
-# written once (see feedback_app/rows.py). Parameters: annotator, trajectory a, trajectory b.
+# The annotator's current comparison of a pair, its row locked: the `current` query of a comparison, in SQL written
+# once (see feedback_app/rows.py). Parameters: annotator, trajectory a, trajectory b.
 _CURRENT_COMPARISON_SQL = (
-    f"SELECT {_rows(Comparison).columns} FROM {_rows(Comparison).table}"
+    f"SELECT {rows_of(Comparison).columns} FROM {rows_of(Comparison).table}"
     " WHERE c.annotator_id = %s AND c.trajectory_a_id = %s AND c.trajectory_b_id = %s AND c.is_current"
     + (" FOR UPDATE" if connection.features.has_select_for_update else "")
 )
@@ -93,7 +93,7 @@ _CURRENT_COMPARISON_SQL = (
 
 def _current_comparison(pair: list[int]) -> Comparison | None:
     row = fetch_one(_CURRENT_COMPARISON_SQL, pair)
-    return None if row is None else _rows(Comparison).read(row)
+    return None if row is None else rows_of(Comparison).read(row)
 
 
 def submit_comparison(
@@ -107,50 +107,95 @@ def submit_comparison(
     seconds_spent: float | None = None,
 ) -> Stored:
     """Store the annotator's comparison for a comparison assignment. `choice` is in a/b terms (canonical_choice)."""
-    _check_assignment(user, assignment, LabelKind.COMPARISON)
+    check_assignment(user, assignment, LabelKind.COMPARISON)
+    item = assignment.item
+    label = {"choice": choice, "strength": strength, "rationale": rationale, "order": displayed_order(assignment)}
+    pair = (item.trajectory_id, item.other_trajectory_id)
+    return _compare(user, item.project_id, pair, assignment, client_token, seconds_spent, **label)
+
+
+def compare(
+    user,
+    trajectory_a: Trajectory,
+    trajectory_b: Trajectory,
+    *,
+    choice: str,
+    strength: int | None = 2,
+    rationale: str = "",
+    order: str = "ab",
+    assignment: Assignment | None = None,
+    client_token: uuid.UUID | None = None,
+    seconds_spent: float | None = None,
+) -> Stored:
+    """Store a comparison of any two trajectories of one task; with an assignment, they must be its item's pair.
+    `choice` and `order` (ab: trajectory_a was shown on the left) are relative to the trajectories as given; the
+    pair is stored in canonical order (lower id first), its choice and order turned with it."""
+    check_trajectory_label(user, trajectory_a, LabelKind.COMPARISON, None)
+    if assignment is not None:
+        check_assignment(user, assignment, LabelKind.COMPARISON, {trajectory_a.pk, trajectory_b.pk})
+    if trajectory_a.pk > trajectory_b.pk:
+        trajectory_a, trajectory_b = trajectory_b, trajectory_a
+        choice = {ComparisonChoice.A: ComparisonChoice.B, ComparisonChoice.B: ComparisonChoice.A}.get(choice, choice)
+        order = "ba" if order == "ab" else "ab"
+    label = {"choice": choice, "strength": strength, "rationale": rationale, "order": order}
+    pair = (trajectory_a.pk, trajectory_b.pk)
+    return _compare(user, trajectory_a.project_id, pair, assignment, client_token, seconds_spent, **label)
+
+
+def _compare(
+    user,
+    project_id: int,
+    pair: tuple[int, int],
+    assignment: Assignment | None,
+    client_token: uuid.UUID | None,
+    seconds_spent: float | None,
+    *,
+    choice: str,
+    strength: int | None,
+    rationale: str,
+    order: str,
+) -> Stored:
+    leased = assignment is not None and assignment.status == AssignmentStatus.LEASED
     # A label completes its assignment in the same transaction, so while the assignment is leased no submit of it
     # has been stored yet and the token needs no lookup. A concurrent duplicate, or a token reused elsewhere, meets
-    # the unique index in _store and gets the same answer as the lookup would give.
-    if assignment.status != AssignmentStatus.LEASED and (earlier := _by_token(Comparison, user, client_token)):
+    # the unique index in store() and gets the same answer as the lookup would give.
+    if not leased and (earlier := by_token(Comparison, user, client_token, project_id)):
         return Stored(earlier, False)
     if choice not in ComparisonChoice.values:
         raise ValidationError({"choice": f"Choose one of {', '.join(ComparisonChoice.values)}, not {choice!r}."})
+    if order not in ("ab", "ba"):
+        raise ValidationError({"displayed_order": f"ab or ba, not {order!r}."})
     strength = Comparison.strength_for(choice, strength)
     if strength is not None and (not isinstance(strength, int) or not 1 <= strength <= 3):
         raise ValidationError({"strength": f"Strength is 1 (slight), 2 (clear) or 3 (decisive), not {strength!r}."})
-    item = assignment.item
     values = {"choice": choice, "strength": strength, "rationale": rationale.strip()}
-    pair = [user.pk, item.trajectory_id, item.other_trajectory_id]
-    return _store(
+    a, b = pair
+    return store(
         Comparison,
+        LabelKind.COMPARISON,
         user,
         assignment,
         current=lambda: Comparison.objects.filter(
-            annotator=user,
-            trajectory_a_id=item.trajectory_id,
-            trajectory_b_id=item.other_trajectory_id,
-            is_current=True,
+            annotator=user, trajectory_a_id=a, trajectory_b_id=b, is_current=True
         ),
-        locked_head=lambda: _current_comparison(pair),
+        locked_head=lambda: _current_comparison([user.pk, a, b]),
         new=Comparison(
-            project_id=item.project_id,
+            project_id=project_id,
             annotator=user,
             assignment=assignment,
-            trajectory_a_id=item.trajectory_id,
-            trajectory_b_id=item.other_trajectory_id,
-            displayed_order=displayed_order(assignment),
-            query_strategy=item.query_strategy,
+            trajectory_a_id=a,
+            trajectory_b_id=b,
+            displayed_order=order,
             client_token=client_token,
-            seconds_spent=_seconds(assignment, seconds_spent),
+            seconds_spent=seconds(assignment, seconds_spent),
             **values,
         ),
         changes=values,
-        complete=True,
-        # Everything full_clean() would check is settled above or by the queue item (a stored pair of one task, in
-        # canonical order), and the database constraints still hold; skipping it saves some twenty queries on the
-        # annotators' busiest request.
-        validate=False,
-        insert_first=assignment.status == AssignmentStatus.LEASED,
+        # A queue item's pair was checked when it was queued (two trajectories of one task, in canonical order), and
+        # the database constraints still hold: skipping full_clean() saves some twenty queries on the annotators'
+        # busiest request. A pair named by the caller is checked in full.
+        validate=assignment is None,
+        insert_first=leased,
     )
 
 
@@ -165,14 +210,15 @@ def label_step(
     seconds_spent: float | None = None,
 ) -> Stored:
     """Label one step +1 / 0 / -1. Labelling it again with another value writes a new revision."""
-    _check_trajectory_label(user, trajectory, LabelKind.STEP_LABEL, assignment, item_kind=LabelKind.STEP_LABEL)
+    check_trajectory_label(user, trajectory, LabelKind.STEP_LABEL, assignment)
     if value not in StepLabelValue.values:
         raise ValidationError({"value": f"A step label is +1, 0 or -1, not {value!r}."})
-    if (earlier := _by_token(StepLabel, user, client_token)) is not None:
+    if (earlier := by_token(StepLabel, user, client_token, trajectory.project_id)) is not None:
         return Stored(earlier, False)
-    step = _step(trajectory, step_index)
-    return _store(
+    step = step_of(trajectory, step_index)
+    return store(
         StepLabel,
+        LabelKind.STEP_LABEL,
         user,
         assignment,
         current=lambda: StepLabel.objects.filter(annotator=user, step=step, is_current=True),
@@ -182,7 +228,6 @@ def label_step(
             assignment=assignment,
             step=step,
             value=value,
-            query_strategy=assignment.item.query_strategy if assignment else "",
             client_token=client_token,
             seconds_spent=seconds_spent,
         ),
@@ -199,7 +244,7 @@ def label_first_error(
     client_token: uuid.UUID | None = None,
 ) -> list[StepLabel]:
     """The PRM800K shortcut: every step before `step_index` is +1 and this step is -1; later steps are untouched."""
-    _step(trajectory, step_index)
+    step_of(trajectory, step_index)
     values = {index: StepLabelValue.GOOD for index in range(step_index)} | {step_index: StepLabelValue.BAD}
     with transaction.atomic():
         return [
@@ -217,7 +262,7 @@ def label_first_error(
 
 def finish_step_labels(user, assignment: Assignment) -> Assignment:
     """Hand in a step-label assignment. Every step up to the first -1 (or every step, if none is -1) needs a label."""
-    _check_assignment(user, assignment, LabelKind.STEP_LABEL)
+    check_assignment(user, assignment, LabelKind.STEP_LABEL)
     trajectory = assignment.item.trajectory
     labels = dict(
         StepLabel.objects.filter(annotator=user, step__trajectory=trajectory, is_current=True).values_list(
@@ -251,8 +296,8 @@ def add_critique(
     seconds_spent: float | None = None,
 ) -> Stored:
     """A critique of the whole trajectory, of one step, or of a character span of one field of a step."""
-    _check_trajectory_label(user, trajectory, LabelKind.CRITIQUE, assignment)
-    if (earlier := _by_token(Critique, user, client_token)) is not None:
+    check_trajectory_label(user, trajectory, LabelKind.CRITIQUE, assignment)
+    if (earlier := by_token(Critique, user, client_token, trajectory.project_id)) is not None:
         return Stored(earlier, False)
     if not text or not text.strip():
         raise ValidationError({"text": "Write the critique."})
@@ -263,10 +308,11 @@ def add_critique(
         raise ValidationError(
             {"span_field": f"A span lies in a step's {', '.join(SpanField.values)}, not in {span_field!r}."}
         )
-    step = _step(trajectory, step_index) if step_index is not None else None
+    step = step_of(trajectory, step_index) if step_index is not None else None
     tags = [tag.strip() for tag in (tags or []) if isinstance(tag, str) and tag.strip()]
-    return _store(
+    return store(
         Critique,
+        LabelKind.CRITIQUE,
         user,
         assignment,
         current=Critique.objects.none,
@@ -300,16 +346,17 @@ def rate(
     seconds_spent: float | None = None,
 ) -> Stored:
     """A trajectory-level rating: a 1–5 score, a thumb, or both. Rating again writes a new revision."""
-    _check_trajectory_label(user, trajectory, LabelKind.RATING, assignment)
-    if (earlier := _by_token(Rating, user, client_token)) is not None:
+    check_trajectory_label(user, trajectory, LabelKind.RATING, assignment)
+    if (earlier := by_token(Rating, user, client_token, trajectory.project_id)) is not None:
         return Stored(earlier, False)
     if score is None and thumb_up is None:
         raise ValidationError({"score": "Give a score from 1 to 5, a thumb, or both."})
     if score is not None and not 1 <= score <= 5:
         raise ValidationError({"score": f"A score is from 1 to 5, not {score}."})
     values = {"score": score, "thumb_up": thumb_up, "comment": comment.strip()}
-    return _store(
+    return store(
         Rating,
+        LabelKind.RATING,
         user,
         assignment,
         current=lambda: Rating.objects.filter(annotator=user, trajectory=trajectory, is_current=True),
@@ -347,12 +394,12 @@ def intervene(
     the environment writes as its agents do; takeover turns are either. It is checked against the environment before
     anything is stored; the continuation runs on the rollouts queue once the transaction commits.
     """
-    from feedback_app.interventions import turn_message, validate_correction
+    from feedback_app.corrections import turn_message, validate_correction
 
-    _check_trajectory_label(user, trajectory, LabelKind.INTERVENTION, assignment)
-    if (earlier := _by_token(Intervention, user, client_token)) is not None:
+    check_trajectory_label(user, trajectory, LabelKind.INTERVENTION, assignment)
+    if (earlier := by_token(Intervention, user, client_token, trajectory.project_id)) is not None:
         return Stored(earlier, False)
-    step = _step(trajectory, step_index)
+    step = step_of(trajectory, step_index)
     corrected_action = corrected_action.strip()
     takeover = [turn.strip() if isinstance(turn, str) else turn for turn in (takeover_actions or [])]
     takeover = [turn for turn in takeover if turn]
@@ -376,8 +423,9 @@ def intervene(
         "takeover_actions": takeover,
         "reason": reason.strip(),
     }
-    stored = _store(
+    stored = store(
         Intervention,
+        LabelKind.INTERVENTION,
         user,
         assignment,
         current=lambda: Intervention.objects.filter(annotator=user, step=step, is_current=True),
@@ -402,122 +450,31 @@ def intervene(
 
 
 def edit_label(user, label: LabelBase, **changes) -> LabelBase:
-    """Write a new revision of the user's own label. A stale edit (someone revised it first) is refused."""
+    """Write a new revision of the user's own label. A stale edit (someone revised it first) is refused with
+    StaleEdit; a retried edit carrying the same `client_token` returns the revision it stored."""
     if label.annotator_id != user.pk:
-        raise PermissionDenied("You can only edit your own labels.")
+        raise PermissionDenied("Only the annotator who made a label may revise it.")
+    if (earlier := by_token(type(label), user, changes.get("client_token"), label.project_id)) is not None:
+        return earlier
     try:
         with transaction.atomic():
             new = label.revise(**changes)
+            if isinstance(new, Intervention):
+                _carry_continuation(label.pk, new)
     except StaleRevision as exc:
-        raise ValidationError({"revision": "This label was changed since you opened it; reload to see it."}) from exc
-    if isinstance(new, Intervention):
-        launch.send_continuation(new.pk)
+        raise StaleEdit(
+            {"revision": "This label was changed since you opened it; reload it and revise its current revision."}
+        ) from exc
     return new
 
 
-# Helpers ------------------------------------------------------------------------------------------------------------
-
-
-def _check_assignment(user, assignment: Assignment, kind: str | None, trajectory: Trajectory | None = None) -> None:
-    if assignment.annotator_id != user.pk:
-        raise PermissionDenied("This item is assigned to someone else.")
-    item = assignment.item
-    if kind is not None and item.kind != kind:
-        raise ValidationError({"assignment": f"This item asks for a {item.get_kind_display().lower()}."})
-    if trajectory is not None and trajectory.pk not in (item.trajectory_id, item.other_trajectory_id):
-        raise ValidationError({"assignment": "The trajectory is not part of this item."})
-
-
-def _check_trajectory_label(
-    user, trajectory: Trajectory, kind: str, assignment: Assignment | None, *, item_kind: str | None = None
-) -> None:
-    """The project collects `kind`, and the assignment, if any, is the user's and covers `trajectory`."""
-    if kind not in trajectory.project.feedback_kinds:
-        raise ValidationError({"kind": f"This project does not collect {LabelKind(kind).label.lower()}s."})
-    if assignment is not None:
-        _check_assignment(user, assignment, item_kind, trajectory)
-
-
-def _step(trajectory: Trajectory, index: Any) -> Step:
-    try:
-        index = int(index)
-    except (TypeError, ValueError):
-        raise ValidationError({"step": f"A step number is an integer, not {index!r}."}) from None
-    step = Step.objects.filter(trajectory=trajectory, index=index).first()
-    if step is None:
-        raise ValidationError(
-            {"step": f"Trajectory {trajectory.pk} has no step {index + 1}; it has {trajectory.num_steps} steps."}
-        )
-    return step
-
-
-def _by_token(model, user, client_token) -> LabelBase | None:
-    if client_token is None:
-        return None
-    return model.objects.filter(annotator=user, client_token=client_token).first()
-
-
-def _seconds(assignment: Assignment | None, given: float | None) -> float | None:
-    if given is not None:
-        if given < 0:
-            raise ValidationError({"seconds_spent": "Time spent cannot be negative."})
-        return given
-    if assignment is None:
-        return None
-    elapsed = (timezone.now() - assignment.created_at).total_seconds()
-    return min(max(elapsed, 0.0), timedelta(minutes=assignment.item.project.lease_minutes).total_seconds())
-
-
-def _store(
-    model,
-    user,
-    assignment,
-    *,
-    current: Callable[[], QuerySet],
-    new: LabelBase,
-    changes: dict,
-    complete: bool = False,
-    validate: bool = True,
-    locked_head: Callable[[], LabelBase | None] | None = None,
-    insert_first: bool = False,
-) -> Stored:
-    """Insert `new` (or revise the user's current label of the same item) and complete the assignment, atomically.
-
-    A concurrent duplicate (same client token, or the same item submitted twice at once) loses the race on a
-    unique index; the label that won is returned instead. `current()` gives the query of the user's current label of
-    the same item (built only when it is needed: building it is a good part of a comparison submit's CPU), and
-    `locked_head` reads what it holds, with its row locked, when the caller has a faster way.
-
-    With `insert_first` (for a caller that has validated `new` and knows the user almost surely has no current label
-    of the item, as on a leased assignment's first submit) `new` is inserted at once, unless a unique index holds
-    another label it would clash with; only then is the current label looked up. That saves a statement on the
-    annotators' busiest request. On PostgreSQL the insert and the completion are then one statement and no
-    transaction (`queue.insert_counted`), if the lease is live.
-    """
-    try:
-        if insert_first and complete and connection.vendor == "postgresql":
-            if queue.insert_counted(_rows(model), new, assignment):
-                return Stored(new, True)
-        with transaction.atomic():
-            if insert_first and _rows(model).insert(new, unless_conflict=True):
-                label, created = new, True
-            elif (head := locked_head() if locked_head else current().select_for_update().first()) is None:
-                if validate:
-                    new.full_clean(exclude=["assignment", "supersedes"])
-                _rows(model).insert(new)
-                label, created = new, True
-            elif all(getattr(head, name) == value for name, value in changes.items()):
-                label, created = head, False
-            else:
-                label = head.revise(
-                    **changes, client_token=new.client_token, seconds_spent=new.seconds_spent, assignment=assignment
-                )
-                created = True
-            if complete and assignment is not None:
-                queue.complete(assignment)
-    except IntegrityError:
-        earlier = _by_token(model, user, new.client_token) or current().first()
-        if earlier is None:
-            raise
-        return Stored(earlier, False)
-    return Stored(label, created)
+def _carry_continuation(old_pk: int, new: Intervention) -> None:
+    """Only the explanation of a correction is revised (a different action is a different branch, made as a new
+    intervention), so a continuation the old revision finished stands for the new one. One not finished yet gives
+    way to the new revision (training.interventions), which is continued instead."""
+    old = Intervention.objects.only("status", "child_trajectory", "error").get(pk=old_pk)
+    if old.status == InterventionStatus.DONE:
+        new.status, new.child_trajectory_id, new.error = old.status, old.child_trajectory_id, old.error
+        new.save(update_fields=["status", "child_trajectory", "error"])
+    else:
+        launch.send_continuation(new.pk)

@@ -13,6 +13,7 @@ from feedback_app.views import (
     steps,
     tokens,
     training,
+    training_runs,
     trajectories,
     workspace,
 )
@@ -43,13 +44,18 @@ urlpatterns = [
         name="assignment-skip",
     ),
     path("projects/<int:project_pk>/history/", history.history, name="history"),
+    # The training page and its runs (feedback_app/views/training.py, training_runs.py, launch_form.py).
     path("projects/<int:project_pk>/training/", training.training_page, name="training"),
-    path("projects/<int:project_pk>/training/runs/", training.runs_fragment, name="training-runs"),
+    path("projects/<int:project_pk>/training/runs/", training_runs.runs_fragment, name="training-runs"),
     path("projects/<int:project_pk>/training/snapshots/", training.make_snapshot, name="training-snapshot"),
     path("projects/<int:project_pk>/training/launch/", training.launch, name="training-launch"),
     path("projects/<int:project_pk>/training/estimate/", training.launch_estimate, name="training-estimate"),
-    path("projects/<int:project_pk>/training/runs/<int:run_pk>/cancel/", training.cancel_run, name="training-cancel"),
-    path("projects/<int:project_pk>/training/runs/<int:run_pk>/", training.run_page, name="training-run"),
+    path(
+        "projects/<int:project_pk>/training/runs/<int:run_pk>/cancel/",
+        training_runs.cancel_run,
+        name="training-cancel",
+    ),
+    path("projects/<int:project_pk>/training/runs/<int:run_pk>/", training_runs.run_page, name="training-run"),
     path("projects/<int:project_pk>/training/runs/<int:run_pk>/rerun/", training.rerun_run, name="training-rerun"),
     path(
         "projects/<int:project_pk>/history/<str:kind>/<int:label_pk>/",

@@ -432,3 +432,10 @@ def tiny_base_model(tmp_path_factory) -> Path:
     from simulation.oracle_data import build_tiny_base
 
     return build_tiny_base(tmp_path_factory.mktemp("base") / "tiny")
+
+
+@pytest.fixture
+def artifact_root(settings, tmp_path):
+    """Run artifacts (snapshots, models) under the test's own temporary directory."""
+    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
+    return settings.ARTIFACT_ROOT

@@ -10,7 +10,7 @@ def save_steps(trajectory, steps: Sequence) -> list:
     """Give unsaved `Step`s (index, observation, reasoning, action and tool_calls set) their turns, store them,
     and store the trajectory's prompt; returns the steps."""
     from feedback_app.models import Step
-    from feedback_app.serializers import turns_for_steps
+    from feedback_app.trajectory_schema import turns_for_steps
 
     rows = [
         {"observation": s.observation, "reasoning": s.reasoning, "action": s.action, "tool_calls": s.tool_calls}

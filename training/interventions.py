@@ -19,7 +19,7 @@ from functools import partial
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from feedback_app.interventions import replay_correction, task_spec, turn_message
+from feedback_app.corrections import replay_correction, task_spec, turn_message
 from feedback_app.models import Intervention, PolicyVersion, Trajectory
 from feedback_app.models.labels import InterventionStatus
 from feedback_app.models.trajectories import PolicyKind, TrajectorySource

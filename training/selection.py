@@ -15,13 +15,13 @@ Both reward-model strategies read the trajectories exactly as the reward model w
 export's conversation (`feedback_app.exports.conversation`), the instruction and first observation as the prompt and
 the rest as the completion, as review rollouts (`training.rollouts`) and PPO's reward side score them too.
 
-`queue_selected` is what the queue uses. It records on every item the strategy that really chose it: without a
+`queue_selection` is what the queue uses. It records on every item the strategy that really chose it: without a
 registered reward model, ``disagreement`` and ``uncertainty`` fall back to ``random``; a one-member reward model has
 no disagreement to measure, so ``disagreement`` then ranks by ``uncertainty``; and ``new_vs_parent`` fills the part of
 its budget that child/parent pairs cannot fill with random pairs among the given trajectories, recorded as
 ``random``. Each fallback is logged and shown in the result.
 
-    >>> items = queue_selected(project, trajectories, 32)  # doctest: +SKIP
+    >>> items = queue_selection(project, trajectories, 32).items  # doctest: +SKIP
     >>> {item.query_strategy for item in items}  # doctest: +SKIP
     {'disagreement'}
 """
@@ -125,7 +125,7 @@ def select_pairs(
     """At most `budget` of `candidates`, the best first by `strategy` (ties keep the candidates' order).
 
     ``disagreement`` and ``uncertainty`` need a `scorer`; ``disagreement`` needs at least two members.
-    ``new_vs_parent`` returns only child/parent pairs, so it may return fewer than `budget` (`queue_selected` fills
+    ``new_vs_parent`` returns only child/parent pairs, so it may return fewer than `budget` (`queue_selection` fills
     the rest)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -220,7 +220,7 @@ def _load_reward_model(path: str, device: str | None) -> RewardModel:
 
 @dataclass
 class Queued:
-    """What `queue_selected` and `queue_step_reviews` queued, by the strategy that really chose each item, and why
+    """What `queue_selection` and `queue_step_reviews` queued, by the strategy that really chose each item, and why
     it differs from the project's setting where it does."""
 
     items: list[QueueItem] = field(default_factory=list)
@@ -231,13 +231,6 @@ class Queued:
         for item in self.items:
             counts[item.query_strategy] = counts.get(item.query_strategy, 0) + 1
         return counts
-
-
-def queue_selected(project: Project, trajectories: Sequence[Trajectory], budget: int, **options) -> list[QueueItem]:
-    """Queue up to `budget` comparisons among `trajectories` (pairs of one task) chosen by the project's strategy
-    (or `strategy=`), scoring with the project's newest reward model (or `scorer=`); the options are
-    `queue_selection`'s. Every item records the strategy that really chose it."""
-    return queue_selection(project, trajectories, budget, **options).items
 
 
 def queue_selection(
@@ -251,7 +244,9 @@ def queue_selection(
     priority: int = 0,
     log: Callable[[str], None] | None = None,
 ) -> Queued:
-    """`queue_selected`, returning the items with the notes on any fallback; fallbacks are also logged through `log`
+    """Queue up to `budget` comparisons among `trajectories` (pairs of one task) chosen by the project's strategy
+    (or `strategy=`), scoring with the project's newest reward model (or `scorer=`). Every item records the strategy
+    that really chose it; the result also holds the notes on any fallback, which are logged through `log` too
     (default: this module's logger)."""
     strategy = strategy or project.query_strategy
     if strategy not in STRATEGIES:

@@ -25,7 +25,7 @@ from feedback_app.imports import (
     import_trajectory_stream,
     iter_json_rows,
 )
-from feedback_app.serializers import PreferenceImportSerializer, TrajectoryImportSerializer
+from feedback_app.trajectory_schema import PreferenceImportSerializer, TrajectoryImportSerializer
 
 JSON_ARRAY = "application/json"
 JSON_LINES = ("application/x-ndjson", "application/jsonl")

@@ -1,36 +1,33 @@
-"""Labels of every kind. Append-only: POST stores a label by the caller, PUT/PATCH store a new revision through the
-model's revise(), and nothing is ever overwritten or deleted.
+"""Labels of every kind, stored through the same functions as the annotator pages (`feedback_app.labelling`).
 
-An annotator sees only their own labels; researchers and admins see every label in their projects. A retried POST
-with the same `client_token` returns the stored label with 200 instead of storing a second one.
+Append-only: POST stores a label by the caller (or, for an item the caller already labelled, a new revision of that
+label), PUT/PATCH store a new revision, and nothing is ever overwritten or deleted. A retried POST or PATCH with the
+same `client_token` returns the stored label with 200 instead of storing a second one.
+
+An annotator sees only their own labels; researchers and admins see every label in their projects.
 """
 
 from __future__ import annotations
 
-from django.core.exceptions import PermissionDenied
+from contextlib import contextmanager
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 
+from feedback_app import labelling
 from feedback_app.api import serializers as s
 from feedback_app.api.base import ALL_ROLES, Conflict, ProjectScopedMixin
 from feedback_app.api.filtering import TandemFilterSet
 from feedback_app.api.schema import ErrorSerializer
-from feedback_app.interventions import turn_message, validate_correction
-from feedback_app.models import Comparison, Critique, FeedbackKind, Intervention, Rating, StepLabel
-from feedback_app.models.labels import StaleRevision
-from feedback_app.queue import LeaseLost, complete
-from reward_models.conversation import message_tool_calls
-from reward_models.envs.base import describe_message
-from training import launch
-
-STEP_PAGE_KINDS = {FeedbackKind.STEP_LABEL, FeedbackKind.CRITIQUE, FeedbackKind.RATING, FeedbackKind.INTERVENTION}
+from feedback_app.models import Comparison, Critique, Intervention, Rating, StepLabel
+from feedback_app.queue import LeaseLost
 
 
 class LabelFilter(TandemFilterSet):
@@ -90,7 +87,7 @@ class InterventionFilter(LabelFilter):
 
 CONFLICT = OpenApiResponse(
     ErrorSerializer,
-    description="POST: you already have a current label of this item (revise it instead). PUT/PATCH: this revision "
+    description="POST: the assignment's lease was lost and its item has all its labels. PUT/PATCH: this revision "
     "was already superseded.",
 )
 NOT_YOURS = OpenApiResponse(ErrorSerializer, description="Only the label's own annotator may revise it.")
@@ -106,7 +103,8 @@ def _label_schema(noun: str, serializer, revision_serializer):
         create=extend_schema(
             summary=f"Store a {noun.lower()} by the caller",
             description="The annotator is always the caller. A retry with the same `client_token` returns the stored "
-            "label with 200.",
+            "label with 200. An item the caller already labelled gets a new revision of that label (201), or the "
+            "label itself with 200 when nothing differs, as on the annotator pages.",
             responses={201: serializer, 200: serializer, 409: CONFLICT},
         ),
         update=extend_schema(
@@ -138,10 +136,7 @@ class LabelViewSet(
     write_roles = ALL_ROLES
     http_method_names = ["get", "post", "put", "patch", "head", "options"]
     model: type
-    kind: str
     revision_serializer_class: type
-    # Labels without a one-current-per-item rule (critiques: many per item) set this to False.
-    one_per_item = True
     related: tuple[str, ...] = ("annotator",)
 
     def get_queryset(self):
@@ -163,116 +158,53 @@ class LabelViewSet(
         return self.revision_serializer_class if self.action in ("update", "partial_update") else self.serializer_class
 
     def create(self, request, *args, **kwargs) -> Response:
-        if self.kind not in self.project.feedback_kinds:
-            raise ValidationError({"non_field_errors": [f"This project does not collect {self.kind} labels."]})
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        token = serializer.validated_data.get("client_token")
-        stored = self._stored_for_token(token)
-        if stored is not None:
-            return self._respond(stored)
-        label = self.model(project=self.project, annotator=request.user, **self.prepare(serializer.validated_data))
-        if label.assignment is not None:
-            self._check_assignment(label)
-            label.query_strategy = label.assignment.item.query_strategy
-        self._clean(label)
-        self._refuse_second_current(label)
-        try:
-            with transaction.atomic():
-                label.save()
-                if label.assignment is not None and label.assignment.item.kind != FeedbackKind.STEP_LABEL:
-                    # A step_label item is handed in with assignments/<id>/finish/ once its steps are labelled.
-                    complete(label.assignment)
-        except IntegrityError:
-            # A concurrent retry stored the same client_token, or a concurrent submit labelled the same item.
-            stored = self._stored_for_token(token)
-            if stored is not None:
-                return self._respond(stored)
-            self._refuse_second_current(label)
-            raise
-        except LeaseLost as exc:
-            raise Conflict(str(exc)) from None
-        self.stored(label)
-        return self._respond(label, status.HTTP_201_CREATED)
+        with _as_api_errors():
+            stored = self.submit(request.user, dict(serializer.validated_data))
+        return self._respond(stored.label, status.HTTP_201_CREATED if stored.created else status.HTTP_200_OK)
 
     def update(self, request, *args, **kwargs) -> Response:
         label = self.get_object()
-        if label.annotator_id != request.user.pk:
-            raise PermissionDenied("Only the annotator who made a label may revise it.")
         serializer = self.get_serializer(label, data=request.data, partial=kwargs.get("partial", False))
         serializer.is_valid(raise_exception=True)
         changes = dict(serializer.validated_data)
-        stored = self._stored_for_token(changes.get("client_token"))
-        if stored is not None:
-            return self._respond(stored)
         if not set(changes) & set(self.model.content_fields):
             writable = [name for name in self.model.content_fields if not serializer.fields[name].read_only]
             raise ValidationError({"non_field_errors": [f"Give at least one of {writable} to revise."]})
-        try:
-            revised = label.revise(**changes)
-        except StaleRevision:
-            raise Conflict(
-                f"{self.model.__name__} {label.pk} was already revised; revise its current revision."
-            ) from None
-        except DjangoValidationError as exc:
-            raise ValidationError(_django_errors(exc)) from None
-        self.revised(label, revised)
+        with _as_api_errors():
+            revised = labelling.edit_label(request.user, label, **changes)
         return self._respond(revised)
 
-    # Hooks for one kind of label.
-
-    def prepare(self, data: dict) -> dict:
-        """The model fields of a new label from validated data."""
-        return dict(data)
-
-    def check(self, label) -> None:
-        """Checks beyond the model's own clean(); raise Django's ValidationError."""
-
-    def item_trajectory_ids(self, label) -> set[int]:
-        return {label.trajectory_id}
-
-    def stored(self, label) -> None:
-        """After a new label is stored."""
-
-    def revised(self, old, new) -> None:
-        """After a new revision is stored."""
+    def submit(self, user, data: dict) -> labelling.Stored:
+        """Store a new label of this kind from validated data, through `feedback_app.labelling`."""
+        raise NotImplementedError
 
     def _respond(self, label, code: int = status.HTTP_200_OK) -> Response:
         return Response(self.serializer_class(label, context=self.get_serializer_context()).data, status=code)
 
-    def _check_assignment(self, label) -> None:
-        item = label.assignment.item
-        # A step_label item is reviewed as on the step page: its critiques, ratings and interventions answer it too.
-        kinds = STEP_PAGE_KINDS if item.kind == FeedbackKind.STEP_LABEL else {item.kind}
-        if self.kind not in kinds or {item.trajectory_id, item.other_trajectory_id} - {None} != (
-            self.item_trajectory_ids(label)
-        ):
-            raise ValidationError({"assignment": ["This assignment is for another item."]})
 
-    def _stored_for_token(self, token):
-        if token is None:
-            return None
-        stored = self.model.objects.filter(annotator=self.request.user, client_token=token).first()
-        if stored is not None and stored.project_id != self.project.pk:
-            raise ValidationError({"client_token": ["This token was already used for a label in another project."]})
-        return stored
+@contextmanager
+def _as_api_errors():
+    """The label service's refusals as the API's: 400 naming the field, 403, or 409 for a lost lease or a stale
+    revision."""
+    try:
+        yield
+    except labelling.StaleEdit as exc:
+        raise Conflict(" ".join(exc.messages)) from None
+    except DjangoValidationError as exc:
+        raise ValidationError(_django_errors(exc)) from None
+    except DjangoPermissionDenied as exc:
+        raise PermissionDenied(str(exc)) from None
+    except LeaseLost as exc:
+        raise Conflict(str(exc)) from None
 
-    def _clean(self, label) -> None:
-        try:
-            label.full_clean(exclude=["supersedes", "assignment"], validate_unique=False, validate_constraints=False)
-            self.check(label)
-        except DjangoValidationError as exc:
-            raise ValidationError(_django_errors(exc)) from None
 
-    def _refuse_second_current(self, label) -> None:
-        if not self.one_per_item:
-            return
-        item = {name: getattr(label, name) for name in self.model.item_fields if name != "displayed_order"}
-        current = self.model.objects.filter(annotator=label.annotator, is_current=True, **item).first()
-        if current is not None:
-            raise Conflict(
-                f"You already labelled this item: revise {self.model.__name__.lower()} {current.pk} with PATCH."
-            )
+def _step_in(trajectory, step):
+    """The step's index, refused when the step belongs to another trajectory."""
+    if step.trajectory_id != trajectory.pk:
+        raise DjangoValidationError({"step": f"Step {step.pk} belongs to another trajectory than {trajectory.pk}."})
+    return step.index
 
 
 def _django_errors(exc: DjangoValidationError) -> dict | list:
@@ -282,82 +214,98 @@ def _django_errors(exc: DjangoValidationError) -> dict | list:
 @_label_schema("Comparison", s.ComparisonSerializer, s.ComparisonRevisionSerializer)
 class ComparisonViewSet(LabelViewSet):
     model = Comparison
-    kind = FeedbackKind.COMPARISON
     serializer_class = s.ComparisonSerializer
     revision_serializer_class = s.ComparisonRevisionSerializer
     filterset_class = ComparisonFilter
 
-    def item_trajectory_ids(self, label) -> set[int]:
-        return {label.trajectory_a_id, label.trajectory_b_id}
+    def submit(self, user, data: dict) -> labelling.Stored:
+        return labelling.compare(
+            user,
+            data["trajectory_a"],
+            data["trajectory_b"],
+            choice=data["choice"],
+            strength=data.get("strength", 2),
+            rationale=data.get("rationale", ""),
+            order=data.get("displayed_order", "ab"),
+            **_common(data),
+        )
 
 
 @_label_schema("Step label", s.StepLabelSerializer, s.StepLabelRevisionSerializer)
 class StepLabelViewSet(LabelViewSet):
     model = StepLabel
-    kind = FeedbackKind.STEP_LABEL
     serializer_class = s.StepLabelSerializer
     revision_serializer_class = s.StepLabelRevisionSerializer
     filterset_class = StepLabelFilter
     related = ("annotator", "step")
 
-    def item_trajectory_ids(self, label) -> set[int]:
-        return {label.step.trajectory_id}
+    def submit(self, user, data: dict) -> labelling.Stored:
+        step = data["step"]
+        return labelling.label_step(user, step.trajectory, step.index, data["value"], **_common(data))
 
 
 @_label_schema("Critique", s.CritiqueSerializer, s.CritiqueRevisionSerializer)
 class CritiqueViewSet(LabelViewSet):
     model = Critique
-    kind = FeedbackKind.CRITIQUE
     serializer_class = s.CritiqueSerializer
     revision_serializer_class = s.CritiqueRevisionSerializer
     filterset_class = CritiqueFilter
-    one_per_item = False
+
+    def submit(self, user, data: dict) -> labelling.Stored:
+        trajectory, step = data["trajectory"], data.get("step")
+        return labelling.add_critique(
+            user,
+            trajectory,
+            text=data["text"],
+            step_index=None if step is None else _step_in(trajectory, step),
+            span_field=data.get("span_field", ""),
+            span_start=data.get("span_start"),
+            span_end=data.get("span_end"),
+            tags=data.get("tags"),
+            **_common(data),
+        )
 
 
 @_label_schema("Rating", s.RatingSerializer, s.RatingRevisionSerializer)
 class RatingViewSet(LabelViewSet):
     model = Rating
-    kind = FeedbackKind.RATING
     serializer_class = s.RatingSerializer
     revision_serializer_class = s.RatingRevisionSerializer
     filterset_class = RatingFilter
+
+    def submit(self, user, data: dict) -> labelling.Stored:
+        return labelling.rate(
+            user,
+            data["trajectory"],
+            score=data.get("score"),
+            thumb_up=data.get("thumb_up"),
+            comment=data.get("comment", ""),
+            **_common(data),
+        )
 
 
 @_label_schema("Intervention", s.InterventionSerializer, s.InterventionRevisionSerializer)
 class InterventionViewSet(LabelViewSet):
     model = Intervention
-    kind = FeedbackKind.INTERVENTION
     serializer_class = s.InterventionSerializer
     revision_serializer_class = s.InterventionRevisionSerializer
     filterset_class = InterventionFilter
 
-    def prepare(self, data: dict) -> dict:
-        step = data["step"]
-        env = self.project.environment.load()
-        corrected = data.get("corrected_message") or turn_message(
-            env, data.get("corrected_action", ""), data.get("corrected_reasoning", "")
+    def submit(self, user, data: dict) -> labelling.Stored:
+        trajectory = data["trajectory"]
+        return labelling.intervene(
+            user,
+            trajectory,
+            step_index=_step_in(trajectory, data["step"]),
+            corrected_action=data.get("corrected_action", ""),
+            corrected_reasoning=data.get("corrected_reasoning", ""),
+            corrected_message=data.get("corrected_message"),
+            takeover_actions=data.get("takeover_actions"),
+            reason=data.get("reason", ""),
+            **_common(data),
         )
-        reasoning, action = describe_message(env, corrected, message_tool_calls(corrected))
-        return {
-            **data,
-            "corrected_message": corrected,
-            "corrected_action": data.get("corrected_action") or action,
-            "corrected_reasoning": data.get("corrected_reasoning") or reasoning,
-            "original_message": step.message,
-            "original_action": step.action,
-            "original_reasoning": step.reasoning,
-        }
 
-    def check(self, label: Intervention) -> None:
-        # The corrected turn (and any takeover) must be playable in the environment, as on the annotator page.
-        env = self.project.environment.load()
-        takeover = [turn_message(env, turn) for turn in label.takeover_actions]
-        validate_correction(label.trajectory, label.step.index, label.corrected_message, takeover)
 
-    def stored(self, label: Intervention) -> None:
-        launch.send_continuation(label.pk)
-
-    def revised(self, old: Intervention, new: Intervention) -> None:
-        # The action is unchanged, so the continuation made for the old revision stands for the new one.
-        new.status, new.child_trajectory_id, new.error = old.status, old.child_trajectory_id, old.error
-        new.save(update_fields=["status", "child_trajectory", "error"])
+def _common(data: dict) -> dict:
+    """What every kind's submit takes besides its own fields."""
+    return {name: data.get(name) for name in ("assignment", "client_token", "seconds_spent")}

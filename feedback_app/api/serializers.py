@@ -638,16 +638,6 @@ class ComparisonSerializer(LabelSerializer):
             "displayed_order": {"help_text": "ab if trajectory_a was shown on the left, ba otherwise."},
         }
 
-    def validate(self, attrs: dict) -> dict:
-        # Stored in canonical order (a.id < b.id): a pair sent the other way round is swapped with its choice and
-        # its displayed order, so it means the same.
-        a, b = attrs.get("trajectory_a"), attrs.get("trajectory_b")
-        if self.instance is None and a is not None and b is not None and a.pk > b.pk:
-            attrs["trajectory_a"], attrs["trajectory_b"] = b, a
-            attrs["choice"] = {"a": "b", "b": "a"}.get(attrs["choice"], attrs["choice"])
-            attrs["displayed_order"] = "ba" if attrs.get("displayed_order", "ab") == "ab" else "ab"
-        return attrs
-
 
 class StepLabelSerializer(LabelSerializer):
     step = ProjectRelatedField(model=Step, project_path="trajectory__project")

@@ -13,10 +13,11 @@ from rest_framework.response import Response
 from feedback_app.api.base import ProjectScopedMixin
 from feedback_app.api.filtering import TandemFilterSet
 from feedback_app.api.serializers import TrajectoryDetailSerializer, TrajectorySerializer
-from feedback_app.imports import ImportResult, TrajectoryRows
+from feedback_app.imports.results import ImportResult
+from feedback_app.imports.trajectories import TrajectoryRows
 from feedback_app.models import Trajectory
 from feedback_app.models.trajectories import TrajectorySource
-from feedback_app.serializers import TrajectoryImportSerializer
+from feedback_app.trajectory_schema import TrajectoryImportSerializer
 
 # Filters that would let an annotator sort trajectories by outcome, or by policy in a blind project.
 OUTCOME_FILTERS = ("success",)

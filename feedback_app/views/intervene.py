@@ -25,7 +25,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from feedback_app import labelling
 from feedback_app.access import get_project_for_member, sees_outcomes
-from feedback_app.interventions import (
+from feedback_app.corrections import (
     NotReplayable,
     legal_actions_at,
     offered_tools,

@@ -5,9 +5,19 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.urls import reverse
 from rest_framework.test import APIClient
 
-from feedback_app.models import EnvironmentSpec, Membership, Project
+from feedback_app import queue
+from feedback_app.models import (
+    DatasetSnapshot,
+    EnvironmentSpec,
+    Membership,
+    Project,
+    RegisteredModel,
+    RunStatus,
+    TrainingRun,
+)
 from reward_models.envs.toolshop import TOOLS
 
 
@@ -54,3 +64,40 @@ def shop(researcher, annotator, api_as):
     )
     assert imported.status_code == 200, imported.content
     return project, project.trajectories.get(external_id="seeded"), project.trajectories.get(external_id="bare")
+
+
+# The compare page's items.
+
+
+@pytest.fixture
+def pair(make_trajectory):
+    """A 3-step and a 5-step trajectory of the same task, queued for comparison."""
+    short = make_trajectory(3, success=True, outcome_return=1.0)
+    long = make_trajectory(5, success=False, outcome_return=0.0)
+    item = queue.enqueue_comparisons(short.project, [(short, long)])[0]
+    return short, long, item
+
+
+@pytest.fixture
+def two_pairs(pair, make_trajectory):
+    third = make_trajectory(2)
+    second_item = queue.enqueue_comparisons(third.project, [(pair[0], third)])[0]
+    return pair[2], second_item
+
+
+# What the training page's and run page's tests launch from.
+
+
+@pytest.fixture
+def sft_snapshot(client, project, researcher, demonstrations):
+    client.force_login(researcher)
+    client.post(reverse("training-snapshot", args=[project.pk]), {"export_kind": "sft", "name": "demos"})
+    return DatasetSnapshot.objects.get(name="demos")
+
+
+@pytest.fixture
+def reward_model(project, tiny_policy):
+    run = TrainingRun.objects.create(project=project, kind="reward_model", status=RunStatus.SUCCEEDED)
+    return RegisteredModel.objects.create(
+        project=project, name="rm-1", kind="reward_model", path=str(tiny_policy.weights_path), run=run, base_model="/b"
+    )

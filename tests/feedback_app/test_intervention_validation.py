@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from feedback_app.interventions import legal_actions_at, task_spec, validate_correction
+from feedback_app.corrections import legal_actions_at, task_spec, validate_correction
 from feedback_app.models import Step, Task, Trajectory
 from reward_models.envs.gridworld import ACTIONS, GridWorld
 from tests.trajectories import save_steps

@@ -16,12 +16,7 @@ from tests.feedback_app.test_training_view import field_html
 from tests.trajectories import correction
 from training.runs import execute_run
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def artifact_root(settings, tmp_path):
-    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("artifact_root")]
 
 
 def launch_url(project) -> str:

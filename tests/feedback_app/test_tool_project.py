@@ -29,7 +29,7 @@ from training.policy_runs import POLICY_RUN_KINDS, run_policy_training
 from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
 from training.runs import RunRecorder, execute_run
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("artifact_root")]
 
 DIFFICULTY = 2  # the shop's default, where the built-in policy succeeds part of the time
 
@@ -59,11 +59,6 @@ JUDGES_OF = {
     "spo": {"preference_model_path": "reward_model"},
     "grpo": {"reward_model_path": "reward_model"},
 }
-
-
-@pytest.fixture(autouse=True)
-def artifact_root(settings, tmp_path):
-    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
 
 
 @pytest.fixture(scope="module")

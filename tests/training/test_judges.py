@@ -15,13 +15,7 @@ from simulation.oracle_data import preference_rows
 from training.judges import LaunchError, create_judge_run, run_judge
 from training.runs import RunRecorder, execute_run
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def artifact_root(settings, tmp_path):
-    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
-    return settings.ARTIFACT_ROOT
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("artifact_root")]
 
 
 QUICK = {"max_steps": 6, "batch_size": 4, "save_steps": 3, "logging_steps": 2, "eval_fraction": 0.25}

@@ -21,7 +21,6 @@ from training.selection import (
     candidate_pairs,
     member_rewards,
     newest_reward_model,
-    queue_selected,
     queue_selection,
     queue_step_reviews,
     select_pairs,
@@ -237,7 +236,7 @@ def test_without_a_reward_model_disagreement_falls_back_to_random_and_says_so(pr
     RegisteredModel.objects.create(project=project, name="broken", kind="reward_model", path="/nowhere", run=failed)
     assert newest_reward_model(project) is None, "a registered model of a run that did not succeed is not used"
 
-    items = queue_selected(project, [tagged("a"), tagged("b"), tagged("c")], 2, log=lines.append)
+    items = queue_selection(project, [tagged("a"), tagged("b"), tagged("c")], 2, log=lines.append).items
 
     assert len(items) == 2 and {item.query_strategy for item in items} == {"random"}
     assert lines == ["the project has no reward model yet: disagreement selection fell back to random"]
@@ -249,7 +248,7 @@ def test_a_label_on_a_disagreement_item_records_disagreement(project, tagged, an
     project.gold_fraction = 0.0
     project.save()
     scorer = StubEnsemble({"a": [1.0, -1.0], "b": [0.0, 0.0]})
-    (item,) = queue_selected(project, [tagged("a"), tagged("b")], 1, scorer=scorer)
+    (item,) = queue_selection(project, [tagged("a"), tagged("b")], 1, scorer=scorer).items
     assert item.query_strategy == "disagreement"
 
     assignment = next_assignment(annotator, project)
@@ -265,7 +264,7 @@ def test_a_label_through_the_api_on_a_disagreement_item_records_disagreement(pro
     project.overlap, project.gold_fraction = 1, 0.0
     project.save()
     scorer = StubEnsemble({"a": [1.0, -1.0], "b": [0.0, 0.0]})
-    queue_selected(project, [tagged("a"), tagged("b")], 1, strategy="disagreement", scorer=scorer)
+    queue_selection(project, [tagged("a"), tagged("b")], 1, strategy="disagreement", scorer=scorer)
     assignment = next_assignment(annotator, project)
     client = APIClient()
     client.force_login(annotator)
@@ -395,7 +394,7 @@ def test_a_trained_reward_model_ensemble_picks_the_pairs_its_members_disagree_on
     assert execute_run(rollout.pk, run_rollout) == RunStatus.SUCCEEDED
     trajectories = list(TrajectoryRow.objects.filter(rollout_run=rollout).order_by("id"))
 
-    items = queue_selected(project, trajectories, 2)
+    items = queue_selection(project, trajectories, 2).items
 
     assert len(items) == 2 and {item.query_strategy for item in items} == {"disagreement"}
     # The expected pairs, from the model's own pairwise API: the members' spread of P(A > B).

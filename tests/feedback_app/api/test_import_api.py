@@ -9,6 +9,8 @@ import json
 import pytest
 
 from feedback_app import imports
+from feedback_app.imports import batches, reading
+from feedback_app.imports.trajectories import TrajectoryRows
 from feedback_app.models import PolicyVersion, Step, Task, Trajectory
 
 pytestmark = pytest.mark.django_db
@@ -88,11 +90,11 @@ def test_a_retried_import_duplicates_nothing(project, post_import):
 
 def test_one_bad_row_rolls_back_every_row_already_written(project, post_import, monkeypatch):
     # Small batches, so that good rows are written before the bad one is read and must be rolled back.
-    monkeypatch.setattr(imports, "BATCH_ROWS", 2)
+    monkeypatch.setattr(batches, "BATCH_ROWS", 2)
     stored_batches = []
-    store = imports.TrajectoryRows.store
+    store = TrajectoryRows.store
     monkeypatch.setattr(
-        imports.TrajectoryRows,
+        TrajectoryRows,
         "store",
         lambda kind, rows, result: (stored_batches.append(len(rows)), store(kind, rows, result)),
     )
@@ -183,7 +185,7 @@ def test_the_size_limit_is_also_enforced_while_reading(project, post_import, set
 
 
 def test_rows_split_across_read_chunks_parse_whole(monkeypatch):
-    monkeypatch.setattr(imports, "CHUNK_BYTES", 7)
+    monkeypatch.setattr(reading, "CHUNK_BYTES", 7)
     rows = [_row(f"ep-{i}") for i in range(5)]
     as_lines = list(imports.iter_json_rows(io.BytesIO(_jsonl(rows))))
     as_array = list(imports.iter_json_rows(io.BytesIO(json.dumps(rows, indent=1).encode())))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import random
 
-from feedback_app.imports import plain_trajectory_row
-from feedback_app.serializers import TrajectoryImportSerializer
+from feedback_app.imports.fast_path import plain_trajectory_row
+from feedback_app.trajectory_schema import TrajectoryImportSerializer
 
 ODD_TEXT = ["", " padded ", "x\x00y", "\ud800", 7, 1.5, True, None, [], {}, "ok", "ünïcode", "a" * 300]
 ODD_NUMBERS = [0, 1, -2.5, 2**60, float("nan"), float("inf"), True, "1.5", None, "x", 3.0]

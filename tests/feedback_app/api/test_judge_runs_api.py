@@ -13,12 +13,7 @@ from simulation.oracle_data import preference_rows
 from training.judges import run_judge
 from training.runs import execute_run
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def artifact_root(settings, tmp_path):
-    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("artifact_root")]
 
 
 @pytest.fixture

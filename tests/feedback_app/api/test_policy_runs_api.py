@@ -12,12 +12,7 @@ from feedback_app.models import Comparison, PolicyVersion, TrainingRun, Trajecto
 from training.policy_runs import run_policy_training
 from training.runs import execute_run
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def artifact_root(settings, tmp_path):
-    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("artifact_root")]
 
 
 def runs_url(project) -> str:

@@ -199,13 +199,20 @@ def test_a_retried_post_with_the_same_client_token_is_stored_once(project, pair,
     assert Comparison.objects.count() == 1
 
 
-def test_a_second_label_of_the_same_item_is_a_conflict_naming_the_current_one(project, pair, annotator, api_as):
+def test_a_second_label_of_the_same_item_revises_the_first_as_on_the_annotator_pages(project, pair, annotator, api_as):
     client = api_as(annotator)
     body = {"trajectory_a": pair[0].pk, "trajectory_b": pair[1].pk, "choice": "a"}
     first = client.post(_url(project, "comparisons/"), body, format="json").json()
     response = client.post(_url(project, "comparisons/"), {**body, "choice": "b"}, format="json")
-    assert response.status_code == 409
-    assert f"comparison {first['id']}" in response.json()["detail"]
+    assert response.status_code == 201
+    revised = response.json()
+    assert (revised["revision"], revised["supersedes"], revised["choice"]) == (2, first["id"], "b")
+    unchanged = client.post(_url(project, "comparisons/"), {**body, "choice": "b"}, format="json")
+    assert (unchanged.status_code, unchanged.json()["id"]) == (200, revised["id"])
+    # The pair sent the other way round is the same item: its choice is turned with it.
+    swapped = {"trajectory_a": pair[1].pk, "trajectory_b": pair[0].pk, "choice": "a"}
+    assert client.post(_url(project, "comparisons/"), swapped, format="json").json()["id"] == revised["id"]
+    assert list(Comparison.objects.order_by("pk").values_list("choice", "is_current")) == [("a", False), ("b", True)]
 
 
 def test_patch_stores_a_new_revision_and_keeps_the_old_one(project, pair, annotator, api_as):
@@ -325,6 +332,28 @@ def test_revising_an_intervention_keeps_its_action_and_its_continuation(project,
     revised = Intervention.objects.get(pk=response.json()["id"])
     assert (revised.revision, revised.corrected_action, revised.reason) == (2, "left", "a wall ahead")
     assert (revised.status, revised.child_trajectory) == ("done", child)
+
+
+def test_revising_an_intervention_not_yet_continued_continues_the_new_revision(
+    project, pair, annotator, api_as, django_capture_on_commit_callbacks, monkeypatch
+):
+    # The old revision's continuation gives way to the newest (training.interventions), so the new one must be sent;
+    # the annotator pages revise through the same function.
+    from feedback_app import labelling
+    from training import tasks
+
+    queued = []
+    monkeypatch.setattr(tasks.continue_intervention, "delay", lambda pk: queued.append(pk))
+    step = pair[0].steps.get(index=1)
+    client = api_as(annotator)
+    body = {"trajectory": pair[0].pk, "step": step.pk, "corrected_action": "left", "reason": "wall"}
+    with django_capture_on_commit_callbacks(execute=True):
+        first = client.post(_url(project, "interventions/"), body, format="json").json()
+        revised = client.patch(_url(project, f"interventions/{first['id']}/"), {"reason": "a wall"}, format="json")
+        again = labelling.edit_label(annotator, Intervention.objects.get(pk=revised.json()["id"]), reason="walls")
+    assert revised.status_code == 200
+    assert queued == [first["id"], revised.json()["id"], again.pk]
+    assert Intervention.objects.get(is_current=True).status == "pending"
 
 
 def test_an_illegal_correction_is_refused_naming_the_field(project, pair, annotator, api_as):
