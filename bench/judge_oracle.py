@@ -11,7 +11,7 @@ The defaults (3,000 pairs, 3 epochs, a 2-layer Llama of width 64 built from conf
 smallest settings found that meet the judges' bar on a CPU: beat "shorter trajectory wins" overall and be clearly
 above chance on pairs where both trajectories failed. With ~1,000 pairs the reward model is at 0.5-0.63 on those.
 
-Training data (`reward_models.oracle_data`): scripted episodes on training seeds, mixed noise levels. Pairs are
+Training data (`simulation.oracle_data`): scripted episodes on training seeds, mixed noise levels. Pairs are
 labelled by a B-Pref scripted teacher (P(a > b) = sigmoid(beta * (R_a - R_b)) on the oracle's `progress_return`,
 then flipped with probability `epsilon`); step labels are the oracle's step correctness flipped with probability
 `step_epsilon`, plus RLIF intervention rows on other episodes; the value critic gets the environment's rewards.
@@ -65,19 +65,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from reward_models.envs.gridworld import GridWorld  # noqa: E402
-from reward_models.oracle_data import (  # noqa: E402
-    PAIR_TYPES,
-    OracleEpisode,
-    intervention_rows,
-    oracle_pairs,
-    pair_type,
-    preference_rows,
-    returns_rows,
-    scripted_episodes,
-    stepwise_rows,
-    write_jsonl,
-)
 from reward_models.policy.turns import JUDGE_LAYOUTS, parse_decision  # noqa: E402
+from simulation.episodes import PAIR_TYPES, OracleEpisode, oracle_pairs, pair_type, scripted_episodes  # noqa: E402
+from simulation.oracle_data import intervention_rows, preference_rows, returns_rows, stepwise_rows, write_jsonl  # noqa: E402
 
 MODELS = ("rm", "prm", "value")
 LAYOUTS = JUDGE_LAYOUTS
@@ -234,10 +224,10 @@ def base_model_dir(args: argparse.Namespace, work: Path) -> str:
     `tiny_base_model` test fixture builds it, sized by the flags)."""
     if args.base_model:
         return args.base_model
-    from reward_models.oracle_data import vocabulary
     from reward_models.policy.bootstrap import vocabulary_corpus
     from reward_models.policy.model import build_tiny_llama, save_policy
     from reward_models.policy.tokenizer import build_word_tokenizer
+    from simulation.oracle_data import vocabulary
 
     tokenizer = build_word_tokenizer([*vocabulary_corpus(GridWorld()), *vocabulary()])
     model = build_tiny_llama(

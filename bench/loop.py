@@ -687,12 +687,12 @@ class Loop:
 def oracle_test_pairs(policy_dir: Path, tasks: int, seed: int) -> list[tuple[Any, Any]]:
     """(better, worse) pairs of the base policy's two sampled rollouts of `tasks` training tasks no round plays,
     ordered by the oracle's graded return; equal returns are left out. The same pairs score every reward model."""
-    from reward_models import oracle_data
     from reward_models.policy.bootstrap import BootstrapConfig
     from reward_models.policy.local import LocalCausalLMPolicy
+    from simulation.episodes import policy_episodes
 
     policy = LocalCausalLMPolicy(policy_dir)
-    episodes = oracle_data.policy_episodes(
+    episodes = policy_episodes(
         policy, tasks, samples_per_task=2, seed=seed, start=900_000, env_config=BootstrapConfig().env_config()
     )
     pairs = []
@@ -718,9 +718,10 @@ def oracle_accuracy(model_dir: str, pairs: list[tuple[Any, Any]]) -> dict[str, f
 
 
 def accuracy_by_type(pairs: list[tuple[Any, Any]], right: list[bool]) -> dict[str, float]:
-    """The share of `right` over all the (better, worse) pairs (`all`) and per `oracle_data.pair_type`: a reward
-    model can tell success from failure and still order two failures by chance, which an overall figure hides."""
-    from reward_models.oracle_data import pair_type
+    """The share of `right` over all the (better, worse) pairs (`all`) and per `simulation.episodes.pair_type`: a
+    reward model can tell success from failure and still order two failures by chance, which an overall figure
+    hides."""
+    from simulation.episodes import pair_type
 
     groups: dict[str, list[bool]] = {"all": list(right)}
     for (better, worse), hit in zip(pairs, right, strict=True):

@@ -18,7 +18,7 @@ The race is fair in three ways:
 - **One unit of labels: annotator actions.** A comparison, a thumb, an intervention (one written correction) and a
   step label are one action each; an online method counts the actions behind its judge models.
 
-What the simulated annotators give (`reward_models.oracle_data`), all on the base policy's own sampled rollouts of
+What the simulated annotators give (`simulation.oracle_data`), all on the base policy's own sampled rollouts of
 `--tasks` training tasks, two per task:
 - interventions: on one rollout per task, an annotator who corrects the first wrong step with a shortest-path move
   and the demonstrator's reasoning: step DPO learns from (correction > original) pairs, SFT imitates the corrections;
@@ -52,9 +52,10 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from reward_models import oracle_data  # noqa: E402
 from reward_models.common.config import config_from_dict  # noqa: E402
 from reward_models.common.reporting import SilentReporter  # noqa: E402
+from simulation import oracle_data  # noqa: E402
+from simulation.episodes import policy_episodes  # noqa: E402
 
 METHODS = ("sft", "dpo", "dpo_trajectory", "kto", "ppo", "nash_md", "spo", "grpo", "ppo_oracle")
 # Each method: its trainer module, its config class (as module.Class under reward_models.finetune), the file it learns
@@ -164,7 +165,7 @@ def make_data(args: argparse.Namespace, policy_path: Path, data: Path, seed: int
         max_new_tokens=loaded.settings["max_new_tokens"],
     )
     started = time.monotonic()
-    episodes = oracle_data.policy_episodes(policy, args.tasks, samples_per_task=2, greedy=False, seed=seed)
+    episodes = policy_episodes(policy, args.tasks, samples_per_task=2, greedy=False, seed=seed)
     print(
         f"seed {seed}: {len(episodes)} rollouts of the base policy in {time.monotonic() - started:.0f} s", flush=True
     )

@@ -71,7 +71,8 @@ def seed_project(base_dir: Path, tasks: int):
     from feedback_app.exports.snapshots import create_snapshot
     from feedback_app.imports import import_preference_stream
     from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Project
-    from reward_models.oracle_data import preference_rows, scripted_episodes
+    from simulation.episodes import scripted_episodes
+    from simulation.oracle_data import preference_rows
 
     user = get_user_model().objects.create_user("bench", password="bench")
     environment, _ = EnvironmentSpec.objects.get_or_create(
@@ -144,12 +145,12 @@ def plain_trl_reward_model(snapshot_path: Path, base_dir: Path, output_dir: Path
 def judge_throughput(base_dir: Path, work: Path, args) -> dict[str, float]:
     """Each pipeline's own samples/s on oracle data (fewer steps: the figure is a rate)."""
     from reward_models.common.config import config_from_dict
-    from reward_models.oracle_data import (
+    from simulation.episodes import scripted_episodes
+    from simulation.oracle_data import (
         critique_rows,
         intervention_rows,
         preference_rows,
         returns_rows,
-        scripted_episodes,
         stepwise_rows,
         write_jsonl,
     )
@@ -193,7 +194,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tandem-train-bench-") as tmp:
         work = Path(tmp)
         setup_django(work / "data")
-        from reward_models.oracle_data import build_tiny_base
+        from simulation.oracle_data import build_tiny_base
 
         base_dir = build_tiny_base(
             work / "base",

@@ -12,16 +12,16 @@ al. 2021, "B-Pref: benchmarking preference-based reinforcement learning"):
 - else P(A > B) = sigmoid(beta * (R_A - R_B)) (beta = inf: always the better one), then a mistake flips the choice
   with probability epsilon.
 
-Step labels are +1 where the oracle calls a step correct and -1 elsewhere (flipped with probability epsilon), or,
-with ``first_error_marks``, PRM800K's shortcut: the first step the teacher calls wrong is -1, the steps before it +1;
-critiques name the first wrong step and the better action in the words of ``reward_models.oracle_data``; an
-intervention puts the oracle's best action at the first wrong step. With the mistake rate, a critique or an
-intervention misplaces the error: it lands on another step, or on none. Where the environment's actions are assistant
-messages (the tool shop), each step's action is read from its message as the agent wrote it, a critique writes
-calls as ``name(arguments)``, and the correction is the oracle's message. The labels go through the API's own endpoints
-with the assignment, so they carry the item's query strategy and count towards the queue exactly as a person's, and
-each records as its ``seconds_spent`` what the annotator-time model (`feedback_app.annotator_time`) says a person
-would have taken over it.
+Step labels are +1 where the oracle calls a step correct and -1 elsewhere (flipped with probability epsilon), or, with
+``first_error_marks``, PRM800K's shortcut: the first step the teacher calls wrong is -1, the steps before it +1;
+critiques name the first wrong step and the better action in the words of the simulated training data
+(``simulation.episodes``); an intervention puts the oracle's best action at the first wrong step. With the mistake
+rate, a critique or an intervention misplaces the error: it lands on another step, or on none. Where the environment's
+actions are assistant messages (the tool shop), each step's action is read from its message as the agent wrote it, a
+critique writes calls as ``name(arguments)``, and the correction is the oracle's message. The labels go through the
+API's own endpoints with the assignment, so they carry the item's query strategy and count towards the queue exactly as
+a person's, and each records as its ``seconds_spent`` what the annotator-time model (`feedback_app.annotator_time`)
+says a person would have taken over it.
 
 No Django here: the loop benchmark runs crowds from a plain process against a real server.
 
@@ -192,8 +192,8 @@ class ScriptedTeacher:
         return [(1 if ok else -1) * (-1 if self._mistake() else 1) for ok in correct[: len(actions)]]
 
     def critique(self, oracle: Oracle, actions: Sequence[str]) -> str | None:
-        """The template critique of reward_models.oracle_data: the first wrong step and what it should have done, or
-        what went right. None for an empty trajectory."""
+        """The template critique of the simulated training data (`simulation.episodes.critique_text`): the first
+        wrong step and what it should have done, or what went right. None for an empty trajectory."""
         if not actions:
             return None
         error = self._spotted(first_wrong_step(oracle, actions), len(actions))

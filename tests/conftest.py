@@ -427,9 +427,9 @@ def local_policy(policy_dir: Path):
 
 @pytest.fixture(scope="session")
 def tiny_base_model(tmp_path_factory) -> Path:
-    """An untrained tiny Llama directory whose word tokenizer covers every word of `reward_models.oracle_data`'s
+    """An untrained tiny Llama directory whose word tokenizer covers every word of `simulation.oracle_data`'s
     rows (gridworld turns, transcript roles, critique templates): the base model of the judge-pipeline tests."""
-    from reward_models.oracle_data import build_tiny_base
+    from simulation.oracle_data import build_tiny_base
 
     return build_tiny_base(tmp_path_factory.mktemp("base") / "tiny")
 

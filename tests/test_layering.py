@@ -142,3 +142,12 @@ def test_reward_models_imports_neither_django_nor_the_web_and_worker_packages():
             if bad:
                 offenders.setdefault(name, []).extend(bad)
     assert offenders == {}
+
+
+def test_the_shipped_packages_never_import_the_simulated_data_of_tests_and_benches():
+    offenders = {
+        name: sorted(target for target in targets if target.split(".")[0] == "simulation")
+        for name, targets in import_graph(ROOT, (*PACKAGES, "simulation")).items()
+        if name.split(".")[0] in PACKAGES
+    }
+    assert {name: found for name, found in offenders.items() if found} == {}

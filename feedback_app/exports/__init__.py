@@ -6,9 +6,10 @@
     snapshot = create_snapshot(project, "preference", filters, user=user, name="rm-data-v1")
 
 Modules: `filters` (what a request may ask, validated), `aggregate` (several annotators into one verdict),
-`conversation` (trajectories as chat turns), `rows`, `raw` and `returns` (one row generator per kind), `kinds` (which
-generator each kind uses), `schemas` (the columns), `stream` (JSONL and Parquet bytes), `snapshots` (frozen,
-hashed exports).
+`conversation` (trajectories as chat turns), `rows` (the row type and reading labels in batches), one row generator
+per kind (`preference`, `step_preference`, `stepwise`, `unpaired`, `sft`, `critiques`, `raw`, `returns`; each builds
+its rows with the row contract, `reward_models.rows`), `kinds` (which generator each kind uses), `schemas` (the
+columns), `stream` (JSONL and Parquet bytes), `snapshots` (frozen, hashed exports).
 """
 
 from feedback_app.exports.filters import (

@@ -4,10 +4,9 @@ A trajectory's messages are what `reward_models.conversation` builds from its st
 messages before the agent's first turn), then each step's assistant message and the replies that came back, all
 verbatim. Every export row takes its prompts, completions and pieces from these messages, and nothing else.
 
-The plain-text form of the same turns is the ``Role: content`` transcript that ``turns.render_prompt`` writes for a
-model without a chat template, so a text prompt here is exactly what such a policy is prompted with. `transcript`,
-`text_pair` and `text_steps` come from ``turns`` (re-exported here), so that pipelines, which never import Django, lay
-out text exactly as the exports do.
+The rows are cut from these messages by the row contract (`reward_models.rows`), which pipelines and simulated data
+use too: their plain-text form is the ``Role: content`` transcript that ``turns.render_prompt`` writes for a model
+without a chat template, so a text prompt is exactly what such a policy is prompted with.
 """
 
 from __future__ import annotations
@@ -23,12 +22,7 @@ from django.db.models.expressions import RawSQL
 
 from feedback_app.models import Step, Trajectory
 from reward_models.conversation import StepTurn, build_conversation
-from reward_models.policy.turns import (  # noqa: F401 (transcript, text_pair, text_steps are re-exported)
-    Message,
-    text_pair,
-    text_steps,
-    transcript,
-)
+from reward_models.policy.turns import Message
 
 # The one JSON layout of every export: compact, UTF-8 as it is.
 encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -106,23 +100,6 @@ class Conversation:
         while shared < limit and self.messages[shared] == other.messages[shared]:
             shared += 1
         return shared
-
-
-def shared_steps(a: Conversation, b: Conversation) -> int | None:
-    """The most steps ``k`` two trajectories share such that both agree on everything before step ``k``'s assistant
-    message and both go on with a turn there: that common prefix can be a prompt. None when even their prompts
-    differ."""
-    if a.prompt_length != b.prompt_length or a.messages[: a.prompt_length] != b.messages[: b.prompt_length]:
-        return None
-    shared = None
-    step = 0
-    while step < a.num_steps and step < b.num_steps:
-        start = a.step_starts[step]
-        if start != b.step_starts[step] or a.messages[a.prompt_length : start] != b.messages[b.prompt_length : start]:
-            break
-        shared = step
-        step += 1
-    return shared
 
 
 def id_in(field: str, ids: list[int]) -> Q:

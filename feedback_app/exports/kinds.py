@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from feedback_app.exports.critiques import critique_rows
 from feedback_app.exports.filters import ExportFilters, ExportKind
+from feedback_app.exports.preference import preference_rows
 from feedback_app.exports.raw import raw_rows
 from feedback_app.exports.returns import returns_rows
-from feedback_app.exports.rows import (
-    ExportRow,
-    critique_rows,
-    preference_rows,
-    sft_rows,
-    step_preference_rows,
-    stepwise_rows,
-    unpaired_rows,
-)
+from feedback_app.exports.rows import ExportRow
+from feedback_app.exports.sft import sft_rows
+from feedback_app.exports.step_preference import step_preference_rows
+from feedback_app.exports.stepwise import stepwise_rows
+from feedback_app.exports.unpaired import unpaired_rows
 from feedback_app.models import Project
 
 

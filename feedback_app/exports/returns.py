@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from feedback_app.exports.conversation import Conversation, fetch_conversations, with_conversations
+from feedback_app.exports.conversation import Conversation, fetch_conversations
 from feedback_app.exports.filters import ExportFilters
-from feedback_app.exports.rows import BATCH_ITEMS, CHUNK_ROWS, ExportRow, add_tools, grouped_batches, step_pieces
+from feedback_app.exports.rows import ExportRow, item_batches, tools_of
 from feedback_app.models import Project, Trajectory
+from reward_models.rows import returns_row, step_pieces
 
 
 def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
@@ -35,9 +36,8 @@ def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow
         trajectories = trajectories.filter(policy_version_id__in=filters.policy_versions)
     if filters.sources:
         trajectories = trajectories.filter(source__in=filters.sources)
-    rows = trajectories.order_by("id").values_list("id", "success", "external_id").iterator(chunk_size=CHUNK_ROWS)
-    batches = grouped_batches(rows, lambda row: row[0], BATCH_ITEMS)
-    for batch, conversations in with_conversations(batches, _trajectory_ids, _conversations_with_rewards):
+    rows = trajectories.order_by("id").values_list("id", "success", "external_id")
+    for batch, conversations in item_batches(rows, lambda row: row[0], _trajectory_ids, _conversations_with_rewards):
         for [(trajectory_id, success, external_id)] in batch:
             conversation = conversations.get(trajectory_id)
             if conversation is None or conversation.num_steps == 0:
@@ -46,16 +46,16 @@ def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow
             rewards = conversation.rewards
             if external_id is not None and not any(rewards):
                 rewards = None
-            values = {
-                "prompt": prompt,
-                "completions": completions,
-                "rewards": rewards,
-                "success": success,
-                "trajectory_id": trajectory_id,
-                "task_id": conversation.task_id,
-                "policy_version_id": conversation.policy_version_id,
-            }
-            add_tools(values, conversation, filters.style)
+            values = returns_row(
+                prompt,
+                completions,
+                rewards,
+                success,
+                trajectory_id=trajectory_id,
+                task_id=conversation.task_id,
+                policy_version_id=conversation.policy_version_id,
+                tools=tools_of(conversation, filters.style),
+            )
             yield ExportRow(values, "trajectory", [trajectory_id])
 
 

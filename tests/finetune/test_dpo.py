@@ -23,14 +23,10 @@ from reward_models.finetune.dpo_pairs import (
 )
 from reward_models.finetune.policy_model import load_policy_model
 from reward_models.finetune.turn_batches import pad_turns
-from reward_models.oracle_data import (
-    intervention_step_preference_rows,
-    preference_rows,
-    scripted_episodes,
-    write_jsonl,
-)
 from reward_models.policy.model import save_policy
 from reward_models.policy.turns import format_decision, parse_decision, render_prompt
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import intervention_step_preference_rows, preference_rows, write_jsonl
 from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
@@ -401,8 +397,8 @@ def test_the_command_line_shows_help_and_trains_across_two_processes(tiny_policy
 
 def test_oracle_interventions_on_the_policys_own_rollouts_correct_its_first_wrong_step(tiny_policy_dir):
     from reward_models.envs.gridworld import GridWorld
-    from reward_models.oracle_data import policy_episodes
     from reward_models.policy.local import LocalCausalLMPolicy
+    from simulation.episodes import policy_episodes
 
     policy = LocalCausalLMPolicy(tiny_policy_dir)
     episodes = policy_episodes(policy, 6, samples_per_task=2, seed=1, env_config=SMALL_GRID)

@@ -25,8 +25,8 @@ from reward_models.finetune.grpo import (
     main,
     prompt_dataset,
 )
-from reward_models.oracle_data import write_jsonl
 from reward_models.policy.turns import parse_decision
+from simulation.oracle_data import write_jsonl
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 

@@ -16,8 +16,9 @@ from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.finetune.kto import KTOConfig, kto_examples, kto_trainer, main, with_kl_completions
 from reward_models.finetune.policy_model import load_policy_model
 from reward_models.finetune.turn_batches import pad_turns, row_conversation
-from reward_models.oracle_data import scripted_episodes, unpaired_rows, write_jsonl
 from reward_models.policy.turns import TurnEncoding, format_decision, parse_decision, render_prompt
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import unpaired_rows, write_jsonl
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 

@@ -22,10 +22,11 @@ from reward_models.finetune.policy_model import load_policy_model
 from reward_models.finetune.preference_model import PreferenceModelConfig
 from reward_models.finetune.preference_model import main as train_preference_model
 from reward_models.finetune.turn_batches import episode_encodings, pad_turns, token_logprobs
-from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
 from reward_models.policy.local import LocalCausalLMPolicy
 from reward_models.policy.model import save_policy
 from reward_models.rollout import rollout
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import preference_rows, write_jsonl
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 

@@ -19,9 +19,10 @@ from reward_models.finetune.ppo_config import PPOConfig
 from reward_models.finetune.ppo_rewards import (
     reward_model_inputs,
 )
-from reward_models.oracle_data import build_tiny_base, preference_rows, scripted_episodes, stepwise_rows, write_jsonl
 from reward_models.rollout import episode_messages
 from reward_models.value import load_value_critic
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import build_tiny_base, preference_rows, stepwise_rows, write_jsonl
 from tests.finetune.ppo_episodes import EPISODE, EPISODE_OBSERVATIONS, EPISODE_TEXTS, grid_episode
 from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat

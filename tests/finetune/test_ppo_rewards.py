@@ -18,8 +18,9 @@ from reward_models.finetune.ppo_rewards import (
     load_critic,
     reward_model_inputs,
 )
-from reward_models.oracle_data import preference_rows, scripted_episodes
 from reward_models.policy.turns import elide_observations, render_prompt, transcript
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import preference_rows
 from tests.finetune.ppo_episodes import EPISODE, EPISODE_OBSERVATIONS, EPISODE_TEXTS, episode_of, grid_episode
 
 # A 4x4 grid with a 6-step limit keeps episodes short.

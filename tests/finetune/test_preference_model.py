@@ -22,8 +22,9 @@ from reward_models.finetune.preference_scoring import (
     load_preference_model,
     pair_scores,
 )
-from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
 from reward_models.policy.turns import elide_observations, judge_view
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import preference_rows, write_jsonl
 from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled

@@ -16,9 +16,10 @@ from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.finetune.policy_model import load_policy_model
 from reward_models.finetune.sft import SFTConfig, main, sft_examples, sft_trainer
 from reward_models.finetune.turn_batches import pad_turns
-from reward_models.oracle_data import intervention_sft_rows, scripted_episodes, write_jsonl
 from reward_models.policy.model import save_policy
 from reward_models.policy.turns import TurnEncoding, render_prompt
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import intervention_sft_rows, write_jsonl
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
@@ -183,7 +184,7 @@ def test_the_command_line_shows_help_and_trains(tiny_policy_dir, rows_path, rows
 
 
 def test_intervention_sft_rows_are_the_prefix_then_the_same_correction_as_the_step_pairs(episodes):
-    from reward_models.oracle_data import intervention_step_preference_rows
+    from simulation.oracle_data import intervention_step_preference_rows
 
     pairs = intervention_step_preference_rows(episodes, seed=4)
     rows = intervention_sft_rows(episodes, seed=4)

@@ -14,10 +14,15 @@ import torch
 
 from reward_models.common.artifacts import ARTIFACT_MANIFEST, checkpoint_dir, read_manifest
 from reward_models.common.config import ConfigError, config_from_dict
-from reward_models.critic_lm import CriticConfig, load_generative_critic, main
+from reward_models.critic_lm import (
+    CriticConfig,
+    load_generative_critic,
+    main,
+)
 from reward_models.critique_encoding import encode_example, fit_example
-from reward_models.oracle_data import critique_rows, scripted_episodes, write_jsonl
 from reward_models.policy.turns import transcript
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import critique_rows, write_jsonl
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 

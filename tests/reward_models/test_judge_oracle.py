@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from reward_models.conversation import StepTurn, build_conversation
-from reward_models.oracle_data import OracleEpisode
 from reward_models.policy.turns import judge_view
+from simulation.episodes import OracleEpisode
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "judge_oracle.py"
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from reward_models import oracle_data
 from reward_models.envs.gridworld import GridWorld
 from reward_models.finetune.grpo import first_step_preference_rows
 from reward_models.policy.turns import parse_decision
+from simulation import oracle_data
+from simulation.episodes import scripted_episodes
 from tests.reward_models.test_loop_bench import BENCH as LOOP_BENCH
 from tests.reward_models.test_loop_bench import _load_bench
 
@@ -54,7 +55,7 @@ def test_a_method_over_seeds_gets_the_paired_gain_of_its_seed_averaged_success_a
 
 def test_interventions_and_first_decision_comparisons_err_at_the_shared_rate():
     env = GridWorld()
-    episodes = oracle_data.scripted_episodes(300, per_task=1, noises=(1.0,), seed=0)
+    episodes = scripted_episodes(300, per_task=1, noises=(1.0,), seed=0)
     for epsilon, low, high in ((0.0, 0.0, 0.0), (0.3, 0.2, 0.4)):
         rows = oracle_data.intervention_step_preference_rows(episodes, seed=1, epsilon=epsilon)
         wrong = 0

@@ -14,9 +14,10 @@ import pytest
 from reward_models.common.artifacts import read_manifest
 from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.common.data import split_by_task
-from reward_models.oracle_data import intervention_rows, scripted_episodes, stepwise_rows, write_jsonl
 from reward_models.prm import PRMConfig, bad_step_auroc, evaluate, first_error, load_prm, main, step_metrics
 from reward_models.steps import IGNORE, prepare_tokenizer, step_windows, training_examples
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import intervention_rows, stepwise_rows, write_jsonl
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 

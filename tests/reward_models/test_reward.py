@@ -16,11 +16,12 @@ import pytest
 from reward_models.common.artifacts import last_checkpoint, read_manifest
 from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.common.data import split_by_task
-from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
 from reward_models.policy.turns import text_pair
 from reward_models.reward.config import RewardConfig
 from reward_models.reward.model import evaluate, load_reward_model
 from reward_models.reward.train import main
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import preference_rows, write_jsonl
 from tests.reward_models import tool_chat
 from tests.reward_models.conftest import in_hub_cache
 from tests.reward_models.reporters import RecordingReporter, RunCancelled

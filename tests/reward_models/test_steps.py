@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from reward_models.oracle_data import returns_rows, scripted_episodes
 from reward_models.prm import ProcessRewardModel
 from reward_models.steps import prepare_tokenizer, step_windows
 from reward_models.value import ValueCritic
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import returns_rows
 
 # A 4x4 grid with an 8-step limit keeps a trajectory near 200 tokens, so 64 tokens hold a few of its steps.
 SMALL_GRID = {"size": 4, "max_steps": 8}

@@ -14,7 +14,6 @@ import pytest
 from reward_models.common.artifacts import read_manifest
 from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.common.data import split_by_task
-from reward_models.oracle_data import preference_rows, returns_rows, scripted_episodes, stepwise_rows, write_jsonl
 from reward_models.value import (
     ValueConfig,
     discounted_returns,
@@ -24,6 +23,8 @@ from reward_models.value import (
     main,
     step_rewards,
 )
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import preference_rows, returns_rows, stepwise_rows, write_jsonl
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 # A 4x4 grid with an 8-step limit keeps a trajectory near 200 tokens.

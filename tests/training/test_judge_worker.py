@@ -14,7 +14,8 @@ from feedback_app.exports.snapshots import create_snapshot
 from feedback_app.imports import import_preference_stream
 from feedback_app.models import RegisteredModel, RunStatus, TrainingRun
 from reward_models.common.artifacts import last_checkpoint
-from reward_models.oracle_data import preference_rows, scripted_episodes
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import preference_rows
 from training import tasks
 from training.judges import create_judge_run, run_output_dir
 from training.runs import request_cancel

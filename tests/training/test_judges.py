@@ -10,7 +10,8 @@ from feedback_app.exports.filters import ExportFilters
 from feedback_app.exports.snapshots import create_snapshot, snapshot_file
 from feedback_app.imports import import_preference_stream
 from feedback_app.models import Evaluation, RegisteredModel, RunStatus, TrainingRun
-from reward_models.oracle_data import preference_rows, scripted_episodes
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import preference_rows
 from training.judges import LaunchError, create_judge_run, run_judge
 from training.runs import RunRecorder, execute_run
 

@@ -84,10 +84,11 @@ def test_a_version_without_a_parent_has_nothing_to_be_compared_with(project, tin
 def test_the_projects_reward_model_scores_both_versions_review_trajectories(
     project, tiny_policy, child_policy, review_tasks, tiny_base_model, tmp_path
 ):
-    from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
     from reward_models.reward.config import RewardConfig
     from reward_models.reward.model import load_reward_model
     from reward_models.reward.train import main as train_reward_model
+    from simulation.episodes import scripted_episodes
+    from simulation.oracle_data import preference_rows, write_jsonl
 
     data = write_jsonl(preference_rows(scripted_episodes(6, per_task=3, seed=3)), tmp_path / "pairs.jsonl")
     config = RewardConfig(

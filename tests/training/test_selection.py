@@ -367,10 +367,11 @@ def test_a_trained_reward_model_ensemble_picks_the_pairs_its_members_disagree_on
 ):
     from feedback_app.exports import ExportFilters, ExportKind, export_rows
     from feedback_app.exports.conversation import fetch_conversations
-    from reward_models.oracle_data import preference_rows, scripted_episodes, write_jsonl
     from reward_models.reward.config import RewardConfig
     from reward_models.reward.model import load_reward_model
     from reward_models.reward.train import main as train_reward_model
+    from simulation.episodes import scripted_episodes
+    from simulation.oracle_data import preference_rows, write_jsonl
 
     # Two members, two steps each, no held-out split: seconds, and members that differ (each has its own seed).
     data = write_jsonl(preference_rows(scripted_episodes(4, per_task=3, seed=3)), tmp_path / "pairs.jsonl")

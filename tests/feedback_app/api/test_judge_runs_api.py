@@ -8,7 +8,8 @@ from feedback_app.exports.filters import ExportFilters
 from feedback_app.exports.snapshots import create_snapshot
 from feedback_app.imports import import_preference_stream
 from feedback_app.models import RunStatus, TrainingRun
-from reward_models.oracle_data import preference_rows, scripted_episodes
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import preference_rows
 from training.judges import run_judge
 from training.runs import execute_run
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from feedback_app.exports.conversation import Conversation, encode_json, fetch_conversations, shared_steps
+from feedback_app.exports.conversation import Conversation, encode_json, fetch_conversations
 from reward_models.conversation import StepTurn
+from reward_models.rows import shared_steps
 
 pytestmark = pytest.mark.django_db
 

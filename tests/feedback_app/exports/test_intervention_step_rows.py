@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from feedback_app.exports import ExportFilters, ExportFormat, ExportKind, ExportRequestError, export_chunks
-from feedback_app.exports.conversation import transcript
 from feedback_app.exports.stream import RowTally
 from feedback_app.models import Intervention, PolicyVersion, StepLabel
+from reward_models.policy.turns import transcript
 from tests.feedback_app.exports.helpers import prompt_until, rows, steps_of, turns_from
 from tests.trajectories import correction
 

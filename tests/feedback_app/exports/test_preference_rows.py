@@ -7,9 +7,8 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from feedback_app.exports.conversation import transcript
 from feedback_app.models import Comparison, Intervention, PolicyVersion
-from reward_models.policy.turns import render_prompt
+from reward_models.policy.turns import render_prompt, transcript
 from tests.feedback_app.exports.helpers import decision, prompt_until, rows, steps_of, turns_from
 from tests.trajectories import correction
 

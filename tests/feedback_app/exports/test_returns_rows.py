@@ -19,10 +19,10 @@ from feedback_app.exports import (
     create_snapshot,
     export_chunks,
 )
-from feedback_app.exports.conversation import transcript
 from feedback_app.exports.filters import Style
 from feedback_app.exports.schemas import export_schema
 from feedback_app.models import PolicyVersion, Trajectory
+from reward_models.policy.turns import transcript
 from tests.feedback_app.exports.helpers import as_in_jsonl, prompt_until, rows, steps_of, turns_from
 
 RIGHT = ["right", "right", "down", "down"]

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from feedback_app.exports.conversation import transcript
 from feedback_app.models import StepLabel
+from reward_models.policy.turns import transcript
 from tests.feedback_app.exports.helpers import decision, prompt_until, rows, steps_of, turns_from
 
 ACTIONS = ["right", "up", "down", "left"]

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from feedback_app.exports.rows import rating_is_desirable
 from feedback_app.models import Rating
+from reward_models.rows import rating_is_desirable
 from tests.feedback_app.exports.helpers import prompt_until, rows, turns_from
 
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 
 from reward_models.envs.gridworld import GridWorld
-from reward_models.oracle_data import (
+from reward_models.policy.turns import transcript
+from simulation.episodes import scripted_episodes
+from simulation.oracle_data import (
     critique_rows,
     intervention_rows,
     intervention_step_preference_rows,
     preference_rows,
     returns_rows,
-    scripted_episodes,
     stepwise_rows,
     unpaired_rows,
     write_jsonl,
 )
-from reward_models.policy.turns import transcript
 
 LAYOUT = ["A . . .", ". # # .", ". . . G", ". . . ."]
 
