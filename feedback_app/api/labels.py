@@ -22,10 +22,10 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 
 from feedback_app import labelling
-from feedback_app.api import serializers as s
 from feedback_app.api.base import ALL_ROLES, Conflict, ProjectScopedMixin
 from feedback_app.api.filtering import TandemFilterSet
 from feedback_app.api.schema import ErrorSerializer
+from feedback_app.api.serializers import labels as s
 from feedback_app.models import Comparison, Critique, Intervention, Rating, StepLabel
 from feedback_app.queue import LeaseLost
 

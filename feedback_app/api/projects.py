@@ -13,7 +13,7 @@ from feedback_app.access import MANAGER_ROLES, get_membership, get_project_for_r
 from feedback_app.api.base import Conflict, ProjectScopedMixin, ThrottleAfterAccessMixin
 from feedback_app.api.filtering import TandemFilterSet
 from feedback_app.api.schema import ErrorSerializer
-from feedback_app.api.serializers import PolicyVersionSerializer, ProjectSerializer, TaskSerializer
+from feedback_app.api.serializers.projects import PolicyVersionSerializer, ProjectSerializer, TaskSerializer
 from feedback_app.models import Membership, PolicyVersion, Project, Role, Task
 from feedback_app.win_rates import human_win_rates
 

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from feedback_app import labelling, queue
 from feedback_app.api.base import ALL_ROLES, Conflict, ProjectScopedMixin
 from feedback_app.api.schema import ErrorSerializer
-from feedback_app.api.serializers import (
+from feedback_app.api.serializers.trajectories import (
     AssignmentSerializer,
     LeasedAssignmentSerializer,
     NextItemSerializer,

@@ -12,8 +12,7 @@ from feedback_app.access import MANAGER_ROLES
 from feedback_app.api.base import Conflict, ProjectScopedMixin
 from feedback_app.api.filtering import TandemFilterSet
 from feedback_app.api.schema import ErrorSerializer, ValidationErrorSerializer
-from feedback_app.api.serializers import (
-    AssignmentSerializer,
+from feedback_app.api.serializers.runs import (
     EvaluationSerializer,
     JudgeLaunchSerializer,
     PolicyLaunchSerializer,
@@ -21,6 +20,7 @@ from feedback_app.api.serializers import (
     RolloutLaunchSerializer,
     TrainingRunSerializer,
 )
+from feedback_app.api.serializers.trajectories import AssignmentSerializer
 from feedback_app.models import Assignment, Evaluation, RegisteredModel, TrainingRun
 from training import launch
 

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from feedback_app.api.base import ProjectScopedMixin
 from feedback_app.api.filtering import TandemFilterSet
-from feedback_app.api.serializers import TrajectoryDetailSerializer, TrajectorySerializer
+from feedback_app.api.serializers.trajectories import TrajectoryDetailSerializer, TrajectorySerializer
 from feedback_app.imports.results import ImportResult
 from feedback_app.imports.trajectories import TrajectoryRows
 from feedback_app.models import Trajectory
