@@ -440,7 +440,7 @@ class Loop:
         self.labelling = threading.Lock()
 
     def connect(self, url: str, setup: dict[str, Any]) -> None:
-        from feedback_app.simulated import ApiClient
+        from feedback_app.simulated.api_client import ApiClient
 
         self.url = url
         self.setup = setup
@@ -491,7 +491,8 @@ class Loop:
     ) -> dict[str, Any]:
         """The crowd labels the project's queue empty, each member with `teacher`'s settings over its own, or until
         their labels record `budget` seconds of annotator time."""
-        from feedback_app.simulated import TeacherConfig, run_crowd
+        from feedback_app.simulated.annotator import run_crowd
+        from feedback_app.simulated.teacher import TeacherConfig
 
         members = [
             (key, TeacherConfig.from_dict({k: v for k, v in {**member, **(teacher or {})}.items() if k != "name"}))

@@ -11,14 +11,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from feedback_app.annotator_time import AnnotatorTime
-from feedback_app.simulated import (
-    ApiClient,
-    ScriptedTeacher,
-    SimulatedAnnotator,
-    TeacherConfig,
-    myopic_return,
-    run_crowd,
-)
+from feedback_app.simulated.annotator import SimulatedAnnotator, run_crowd
+from feedback_app.simulated.api_client import ApiClient
+from feedback_app.simulated.teacher import ScriptedTeacher, TeacherConfig, myopic_return
 from reward_models.envs import GridWorld
 from tests.trajectories import save_steps
 

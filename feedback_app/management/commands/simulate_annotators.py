@@ -11,7 +11,8 @@ from django.db import transaction
 
 from feedback_app.annotator_time import AnnotatorTime
 from feedback_app.models import ApiToken, Membership, Project, Role
-from feedback_app.simulated import KINDS, TeacherConfig, run_crowd
+from feedback_app.simulated.annotator import KINDS, run_crowd
+from feedback_app.simulated.teacher import TeacherConfig
 
 TOKEN_NAME = "simulate_annotators"
 PROGRESS_EVERY = 25
