@@ -58,26 +58,26 @@ def pytest_xdist_make_scheduler(config, log):
 # out first, they leave the short modules to fill in at the end, so the processes finish close together.
 SLOW_FIRST = (
     "tests/feedback_app/test_page_sweep_browser.py",
-    "tests/finetune/test_common.py",  # trains the shared short bootstrap
+    "tests/reward_models/finetune/test_common.py",  # trains the shared short bootstrap
     "tests/feedback_app/api/test_fuzz.py",
     "tests/reward_models/test_feedback_types_smoke.py",
-    "tests/finetune/test_nash.py",
+    "tests/reward_models/finetune/test_nash.py",
     "tests/feedback_app/test_tool_project.py",
     "tests/training/test_judge_worker.py",
     "tests/reward_models/test_reward.py",
     "tests/reward_models/test_value.py",
-    "tests/finetune/test_ppo.py",
+    "tests/reward_models/finetune/test_ppo.py",
     "tests/feedback_app/test_bootstrap_demo.py",
     "tests/feedback_app/api/test_permissions.py",
     "tests/reward_models/test_prm.py",
     "tests/feedback_app/test_training_browser.py",
     "tests/feedback_app/test_dashboard.py",
-    "tests/finetune/test_grpo.py",
+    "tests/reward_models/finetune/test_grpo.py",
     "tests/feedback_app/test_simulated.py",
     "tests/reward_models/test_critic_lm.py",
     "tests/feedback_app/test_own_environment.py",
-    "tests/finetune/test_direction.py",
-    "tests/finetune/test_dpo.py",
+    "tests/reward_models/finetune/test_direction.py",
+    "tests/reward_models/finetune/test_dpo.py",
     "tests/reward_models/test_bootstrap.py",
 )
 

@@ -23,9 +23,9 @@ from reward_models.rollout import episode_messages
 from reward_models.value import load_value_critic
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import build_tiny_base, preference_rows, stepwise_rows, write_jsonl
-from tests.finetune.ppo_episodes import EPISODE, EPISODE_OBSERVATIONS, EPISODE_TEXTS, grid_episode
 from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
+from tests.reward_models.finetune.ppo_episodes import EPISODE, EPISODE_OBSERVATIONS, EPISODE_TEXTS, grid_episode
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 # A 4x4 grid with a 6-step limit keeps episodes, and the critic's transcripts, short.

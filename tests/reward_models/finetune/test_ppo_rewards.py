@@ -21,7 +21,13 @@ from reward_models.finetune.ppo_rewards import (
 from reward_models.policy.turns import elide_observations, render_prompt, transcript
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import preference_rows
-from tests.finetune.ppo_episodes import EPISODE, EPISODE_OBSERVATIONS, EPISODE_TEXTS, episode_of, grid_episode
+from tests.reward_models.finetune.ppo_episodes import (
+    EPISODE,
+    EPISODE_OBSERVATIONS,
+    EPISODE_TEXTS,
+    episode_of,
+    grid_episode,
+)
 
 # A 4x4 grid with a 6-step limit keeps episodes short.
 SMALL_GRID = {"size": 4, "max_steps": 6}

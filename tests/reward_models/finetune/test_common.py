@@ -286,7 +286,7 @@ def test_a_loop_checkpoint_across_two_processes_waits_for_the_slower_one(tmp_pat
     """Each process writes its own RNG state into the checkpoint; the first must not move the folder into place
     before the second has written (CI once failed a two-process PPO run this way)."""
     done = subprocess.run(
-        [*torchrun("tests.finetune.slow_rank_checkpoint"), str(tmp_path)],
+        [*torchrun("tests.reward_models.finetune.slow_rank_checkpoint"), str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=ROOT,
