@@ -884,9 +884,10 @@ def _percent(value: float | None) -> str:
     return "—" if value is None else f"{value:.1%}"
 
 
-def plot(results: dict[str, tuple[dict[str, Any], list[Point]]], path: Path) -> None:
+def plot(results: dict[str, tuple[dict[str, Any], list[Point]]], path: Path) -> dict[str, str]:
     """Held-out success against comparisons, sampled and greedy side by side, as SVG from the dashboard's chart
-    module, and a PNG of the two rendered by Chromium (when it is installed)."""
+    module, and a PNG of the two rendered by Chromium (when it is installed). Returns the SVGs by decoding, which the
+    figures carry for the benchmark page."""
     from feedback_app.charts import line_chart
 
     base = next(iter(results.values()))[0]
@@ -925,6 +926,7 @@ def plot(results: dict[str, tuple[dict[str, Any], list[Point]]], path: Path) -> 
         print(f"plot: {path} (and {', '.join(map(str, svg_paths))})")
     except RuntimeError as exc:  # no Chromium, or it failed: the SVGs are the plot
         print(f"plot: {', '.join(map(str, svg_paths))} (no PNG: {exc})")
+    return {decoding: str(chart) for decoding, chart in zip(("sampled", "greedy"), charts, strict=True)}
 
 
 def run_cases(loop: Loop, cases: list[str], policy_dir: Path, data_dir: Path) -> dict[str, tuple[dict, list[Point]]]:
@@ -1026,6 +1028,7 @@ def main(argv: list[str] | None = None) -> int:
     out = ROOT / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     settings = vars(args) | {"settings": args.settings, "annotator_seconds": args.annotator_seconds.argument()}
+    charts = plot(results, ROOT / args.plot)
     out.write_text(
         json.dumps(
             {
@@ -1037,12 +1040,12 @@ def main(argv: list[str] | None = None) -> int:
                 },
                 "verdict": verdict,
                 "wall_seconds": wall,
+                "plot_svg": charts,
             },
             indent=2,
         )
     )
     print(f"figures: {out}")
-    plot(results, ROOT / args.plot)
     return 0
 
 
