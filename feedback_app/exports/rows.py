@@ -20,7 +20,7 @@ from django.db.models import Model, QuerySet
 from feedback_app.exports.aggregate import Verdict
 from feedback_app.exports.conversation import Conversation, with_conversations
 from feedback_app.exports.filters import ExportFilters, Style
-from feedback_app.models import Project
+from feedback_app.models import Intervention, Project
 
 # Labels read per database round trip, and items (pairs, trajectories) per batch of conversations fetched.
 CHUNK_ROWS = 5000
@@ -120,6 +120,22 @@ def item_batches(
     by `fetch`; see `conversation.with_conversations`)."""
     groups = grouped_batches(rows.iterator(chunk_size=CHUNK_ROWS), key, BATCH_ITEMS)
     return with_conversations(groups, trajectory_ids, fetch)
+
+
+def intervention_batches(
+    project: Project,
+    filters: ExportFilters,
+    *columns: str,
+    trajectory_ids: Callable[[list[list]], Iterable[int]] | None = None,
+) -> Iterator[tuple[list[list], dict[int, Conversation]]]:
+    """The interventions `filters` select, in trajectory and step order, as rows of (id, annotator_id, trajectory_id,
+    step index, *`columns`) grouped by trajectory, in batches with the conversations of the intervened trajectories
+    (or of those `trajectory_ids` names)."""
+    labels = label_queryset(Intervention, project, filters, ("trajectory",))
+    rows = labels.order_by("trajectory_id", "step__index", "id").values_list(
+        "id", "annotator_id", "trajectory_id", "step__index", *columns
+    )
+    return item_batches(rows, lambda row: row[2], trajectory_ids or first_trajectories(2))
 
 
 def first_trajectories(column: int) -> Callable[[list[list]], set[int]]:

@@ -8,10 +8,10 @@ from feedback_app.exports.filters import ExportFilters
 from feedback_app.exports.rows import (
     ExportRow,
     first_trajectories,
+    intervention_batches,
     item_batches,
-    label_queryset,
 )
-from feedback_app.models import Intervention, Project, Trajectory
+from feedback_app.models import Project, Trajectory
 from feedback_app.models.trajectories import TrajectorySource
 from reward_models.rows import sft_row
 
@@ -60,18 +60,9 @@ def _intervened_and_continued(batch: list[list]) -> set[int]:
 
 
 def _intervention_demonstrations(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
-    labels = label_queryset(Intervention, project, filters, ("trajectory",))
-    rows = labels.order_by("trajectory_id", "step__index", "id").values_list(
-        "id",
-        "annotator_id",
-        "trajectory_id",
-        "step__index",
-        "corrected_message",
-        "takeover_actions",
-        "child_trajectory_id",
-        "child_trajectory__source",
-    )
-    for batch, conversations in item_batches(rows, lambda row: row[2], _intervened_and_continued):
+    columns = ("corrected_message", "takeover_actions", "child_trajectory_id", "child_trajectory__source")
+    batches = intervention_batches(project, filters, *columns, trajectory_ids=_intervened_and_continued)
+    for batch, conversations in batches:
         for group in batch:
             for label_id, annotator_id, trajectory_id, step, corrected, takeover, child_id, child_src in group:
                 child = conversations.get(child_id) if child_id is not None else None

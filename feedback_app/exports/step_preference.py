@@ -11,12 +11,11 @@ from feedback_app.exports.filters import ExportFilters, Ties
 from feedback_app.exports.preference import comparison_judgement, comparison_verdicts
 from feedback_app.exports.rows import (
     ExportRow,
-    first_trajectories,
-    item_batches,
+    intervention_batches,
     label_queryset,
     tools_of,
 )
-from feedback_app.models import Comparison, Intervention, Project
+from feedback_app.models import Comparison, Project
 from reward_models.rows import (
     INTERVENTION_MARGIN,
     pair_row,
@@ -40,18 +39,8 @@ def step_preference_rows(project: Project, filters: ExportFilters) -> Iterator[E
 
 def _intervention_pairs(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
     ties = filters.ties == Ties.INCLUDE
-    labels = label_queryset(Intervention, project, filters, ("trajectory",))
-    rows = labels.order_by("trajectory_id", "step__index", "id").values_list(
-        "id",
-        "annotator_id",
-        "trajectory_id",
-        "step__index",
-        "original_message",
-        "corrected_message",
-        "reason",
-        "child_trajectory_id",
-    )
-    for batch, conversations in item_batches(rows, lambda row: row[2], first_trajectories(2)):
+    columns = ("original_message", "corrected_message", "reason", "child_trajectory_id")
+    for batch, conversations in intervention_batches(project, filters, *columns):
         for group in batch:
             conversation = conversations[group[0][2]]
             for label_id, annotator_id, _, step, original, corrected, reason, child_id in group:

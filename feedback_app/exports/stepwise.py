@@ -11,11 +11,12 @@ from feedback_app.exports.filters import Aggregation, ExportFilters, Interventio
 from feedback_app.exports.rows import (
     ExportRow,
     first_trajectories,
+    intervention_batches,
     item_batches,
     label_queryset,
     tools_of,
 )
-from feedback_app.models import Intervention, Project, StepLabel
+from feedback_app.models import Project, StepLabel
 from reward_models.rows import labelled_pieces, step_pieces, stepwise_row
 
 _NEUTRAL_AS = {Neutral.DROP: None, Neutral.POSITIVE: True, Neutral.NEGATIVE: False}
@@ -96,16 +97,7 @@ def intervention_step_rows(project: Project, filters: ExportFilters) -> Iterator
     with the stepwise columns: the pieces of steps 0..k of the intervened trajectory (which holds the original step
     k), agreement 1.0, the intervention's annotator and id, and source "intervention". An intervention whose
     correction is the original decision again rejected nothing and gives no row."""
-    labels = label_queryset(Intervention, project, filters, ("trajectory",))
-    rows = labels.order_by("trajectory_id", "step__index", "id").values_list(
-        "id",
-        "annotator_id",
-        "trajectory_id",
-        "step__index",
-        "original_message",
-        "corrected_message",
-    )
-    for batch, conversations in item_batches(rows, lambda row: row[2], first_trajectories(2)):
+    for batch, conversations in intervention_batches(project, filters, "original_message", "corrected_message"):
         for group in batch:
             conversation = conversations.get(group[0][2])
             if conversation is None:  # deleted while the export ran
