@@ -47,6 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import loop  # noqa: E402  (bench/loop.py: the servers, the set-up and the rounds)
+from loop_plot import render_png  # noqa: E402
 
 ROOT = loop.ROOT
 DECODINGS = ("sampled", "greedy")
@@ -441,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     for decoding, svg in charts.items():
         plot.with_name(f"{plot.stem}-{decoding}.svg").write_text(svg)
     try:
-        loop.render_png(html, plot, width=1180, height=400)
+        render_png(html, plot, width=1180, height=400)
         print(f"plot: {plot}")
     except RuntimeError as exc:
         print(f"plot: SVGs beside {plot} (no PNG: {exc})")

@@ -50,126 +50,38 @@ import argparse
 import json
 import math
 import os
-import random
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the judge_oracle_* modules beside it
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from judge_oracle_judges import (  # noqa: E402
+    PRM_DEFAULTS,
+    RM_DEFAULTS,
+    VALUE_DEFAULTS,
+    base_model_dir,
+    run_prm,
+    run_reward_model,
+    run_value,
+)
+from judge_oracle_metrics import judged_pairs  # noqa: E402
+
 from reward_models.envs.gridworld import GridWorld  # noqa: E402
-from reward_models.policy.turns import JUDGE_LAYOUTS, parse_decision  # noqa: E402
-from simulation.episodes import PAIR_TYPES, OracleEpisode, oracle_pairs, pair_type, scripted_episodes  # noqa: E402
-from simulation.oracle_data import intervention_rows, preference_rows, returns_rows, stepwise_rows, write_jsonl  # noqa: E402
+from reward_models.policy.turns import JUDGE_LAYOUTS  # noqa: E402
+from simulation.episodes import PAIR_TYPES, scripted_episodes  # noqa: E402
+from simulation.oracle_data import intervention_rows, preference_rows, returns_rows, stepwise_rows  # noqa: E402
 
 MODELS = ("rm", "prm", "value")
 LAYOUTS = JUDGE_LAYOUTS
-# Pipeline settings for a tiny model on a CPU; --rm / --prm / --value JSON overrides them.
-RM_DEFAULTS: dict[str, Any] = {
-    "num_epochs": 3.0,
-    "learning_rate": 1e-3,
-    "batch_size": 16,
-    "max_length": 1024,
-    "save_steps": 10_000,
-    "logging_steps": 10,
-}
-PRM_DEFAULTS: dict[str, Any] = {
-    "num_epochs": 5.0,
-    "learning_rate": 5e-3,
-    "batch_size": 8,
-    "max_length": 1024,
-    "save_steps": 10_000,
-    "logging_steps": 10,
-}
-VALUE_DEFAULTS: dict[str, Any] = {**PRM_DEFAULTS, "learning_rate": 2e-3}
-BOOTSTRAP_RESAMPLES = 1000
-
-
-# --- baselines and metrics (no models: unit-tested) -------------------------------------------------------------
-
-
-def stated_distance(episode: OracleEpisode) -> int | None:
-    """The distance to the goal the last decision's reasoning states (``goal is down 2 left 1`` -> 3), or None
-    when it states none. It is the distance before the last action: the conversation ends at that decision."""
-    last = next(message for message in reversed(episode.messages) if message["role"] == "assistant")
-    reasoning, _ = parse_decision(last["content"])
-    numbers = [int(word) for word in reasoning.split() if word.isdigit()]
-    return sum(numbers) if numbers else None
-
-
-def follows_reasoning(decision: str) -> bool:
-    """Whether a decision's action goes the way its reasoning says the goal lies (``goal is down 2 left 0 ;
-    action down``): the process reward model's telling baseline. It cannot see walls."""
-    reasoning, action = parse_decision(decision)
-    words = reasoning.split()
-    offsets = {word: int(number) for word, number in zip(words, words[1:], strict=False) if number.isdigit()}
-    return offsets.get(action, 0) > 0
-
-
-def _smaller_wins(better: float | None, worse: float | None) -> float:
-    """1 when the oracle's better trajectory has the smaller key, 0 when larger, 1/2 on a tie or an unknown key."""
-    if better is None or worse is None or better == worse:
-        return 0.5
-    return 1.0 if better < worse else 0.0
-
-
-BASELINES: dict[str, Callable[[OracleEpisode, OracleEpisode], float]] = {
-    "random": lambda better, worse: 0.5,
-    "shorter_wins": lambda better, worse: _smaller_wins(len(better.actions), len(worse.actions)),
-    "nearer_at_end_wins": lambda better, worse: _smaller_wins(stated_distance(better), stated_distance(worse)),
-    "shorter_then_nearer_wins": lambda better, worse: (
-        _smaller_wins(len(better.actions), len(worse.actions))
-        if len(better.actions) != len(worse.actions)
-        else _smaller_wins(stated_distance(better), stated_distance(worse))
-    ),
-}
-
-
-def judged_pairs(episodes: Sequence[OracleEpisode]) -> list[tuple[OracleEpisode, OracleEpisode]]:
-    """(better, worse) by the oracle's `progress_return` for every pair of one task whose returns differ."""
-    return [(a, b) if a.score > b.score else (b, a) for a, b in oracle_pairs(episodes) if a.score != b.score]
-
-
-def pair_accuracy(
-    pairs: Sequence[tuple[OracleEpisode, OracleEpisode]],
-    outcome: Callable[[OracleEpisode, OracleEpisode], float],
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Mean outcome (1 right, 0 wrong, 1/2 undecided) overall and by pair type, each with a 95 % interval from
-    resampling whole tasks (pairs of one task share trajectories, so they are not independent)."""
-    groups: dict[str, list[tuple[OracleEpisode, OracleEpisode]]] = {"all": list(pairs)}
-    for better, worse in pairs:
-        groups.setdefault(pair_type(better, worse), []).append((better, worse))
-    figures: dict[str, Any] = {}
-    for name in ("all", *PAIR_TYPES):
-        members = groups.get(name, [])
-        if not members:
-            figures[name] = {"pairs": 0}
-            continue
-        by_task: dict[int, list[float]] = {}
-        for better, worse in members:
-            by_task.setdefault(better.task_id, []).append(outcome(better, worse))
-        values = [value for task_values in by_task.values() for value in task_values]
-        figures[name] = {"pairs": len(values), "accuracy": statistics.fmean(values), **_task_interval(by_task, seed)}
-    return figures
-
-
-def _task_interval(by_task: dict[int, list[float]], seed: int) -> dict[str, float]:
-    rng = random.Random(seed)
-    tasks = list(by_task.values())
-    means = []
-    for _ in range(BOOTSTRAP_RESAMPLES):
-        drawn = [rng.choice(tasks) for _ in tasks]
-        means.append(sum(sum(t) for t in drawn) / sum(len(t) for t in drawn))
-    means.sort()
-    return {"low": means[int(0.025 * len(means))], "high": means[int(0.975 * len(means)) - 1]}
 
 
 # --- data --------------------------------------------------------------------------------------------------------
@@ -213,157 +125,6 @@ def training_data(args: argparse.Namespace) -> dict[str, Any]:
             "return_trajectories": min(len(episodes), args.return_trajectories),
             "success_share": statistics.fmean(episode.success for episode in episodes),
         },
-    }
-
-
-# --- the judges ----------------------------------------------------------------------------------------------------
-
-
-def base_model_dir(args: argparse.Namespace, work: Path) -> str:
-    """`args.base_model`, or a freshly initialised tiny Llama with the gridworld word tokenizer (as the
-    `tiny_base_model` test fixture builds it, sized by the flags)."""
-    if args.base_model:
-        return args.base_model
-    from reward_models.policy.bootstrap import vocabulary_corpus
-    from reward_models.policy.model import build_tiny_llama, save_policy
-    from reward_models.policy.tokenizer import build_word_tokenizer
-    from simulation.oracle_data import vocabulary
-
-    tokenizer = build_word_tokenizer([*vocabulary_corpus(GridWorld()), *vocabulary()])
-    model = build_tiny_llama(
-        tokenizer,
-        hidden_size=args.hidden_size,
-        num_layers=args.num_layers,
-        num_heads=args.num_heads,
-        intermediate_size=args.intermediate_size,
-        max_positions=2048,
-        seed=args.seed,
-    )
-    path = save_policy(model, tokenizer, work / "base", history_window=0, max_new_tokens=32)
-    return str(path)
-
-
-def run_reward_model(
-    args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
-) -> dict[str, Any]:
-    from reward_models.common.config import config_from_dict
-    from reward_models.reward.config import RewardConfig
-    from reward_models.reward.model import load_reward_model
-    from reward_models.reward.train import main
-
-    path = write_jsonl(data["preference"], work / "preference.jsonl")
-    # The reward model lays out its training rows and whatever it scores itself.
-    values = {**RM_DEFAULTS, "layout": args.rm_layout, "seed": args.seed, **json.loads(args.rm)}
-    config = config_from_dict(
-        RewardConfig,
-        {**values, "data_path": str(path), "base_model": base, "output_dir": str(work / "rm"), "eval_fraction": 0.0},
-    )
-    started = time.perf_counter()
-    summary = main(config)
-    train_wall = time.perf_counter() - started
-    started = time.perf_counter()
-    model = load_reward_model(config.output_dir, device=args.device)
-    cuts = [len(episode.prompt) for episode in evaluation]
-    scores, _ = model.score(
-        [episode.messages[:cut] for episode, cut in zip(evaluation, cuts, strict=True)],
-        [episode.messages[cut:] for episode, cut in zip(evaluation, cuts, strict=True)],
-    )
-    reward = {id(episode): score for episode, score in zip(evaluation, scores, strict=True)}
-    pairs = judged_pairs(evaluation)
-
-    def higher_reward_wins(better: OracleEpisode, worse: OracleEpisode) -> float:
-        return _smaller_wins(-reward[id(better)], -reward[id(worse)])
-
-    figures = {"reward_model": pair_accuracy(pairs, higher_reward_wins)}
-    figures.update({name: pair_accuracy(pairs, outcome) for name, outcome in BASELINES.items()})
-    # The same pairs judged by both, so the interval of the difference is much narrower than either accuracy's.
-    shorter_wins = BASELINES["shorter_wins"]
-    margin_over_length = pair_accuracy(
-        pairs, lambda better, worse: higher_reward_wins(better, worse) - shorter_wins(better, worse)
-    )
-    return {
-        "config": {k: v for k, v in values.items()},
-        "layout": args.rm_layout,
-        "accuracy": figures,
-        "minus_shorter_wins": margin_over_length,
-        "samples_per_second": summary["samples_per_second"],
-        "train_seconds": summary["train_seconds"],
-        "train_wall_seconds": train_wall,
-        "eval_seconds": time.perf_counter() - started,
-        "train_pairs": summary["train_samples"],
-    }
-
-
-def run_prm(
-    args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
-) -> dict[str, Any]:
-    from reward_models.common.config import config_from_dict
-    from reward_models.prm import PRMConfig, evaluate, load_prm, main, step_metrics
-
-    path = write_jsonl(data["stepwise"], work / "stepwise.jsonl")
-    values = {**PRM_DEFAULTS, "seed": args.seed, **json.loads(args.prm)}
-    config = config_from_dict(
-        PRMConfig,
-        {**values, "data_path": str(path), "base_model": base, "output_dir": str(work / "prm"), "eval_fraction": 0.0},
-    )
-    started = time.perf_counter()
-    summary = main(config)
-    train_wall = time.perf_counter() - started
-    started = time.perf_counter()
-    prm = load_prm(config.output_dir, device=args.device)
-    rows = stepwise_rows(evaluation)  # no noise: the labels are the oracle's
-    scores = prm.batch_step_scores([(row["prompt"], row["completions"]) for row in rows])
-    labelled = [row for row in data["stepwise"] if row["source"] == "label"]
-    metrics = evaluate(scores, rows, labelled, config.threshold)
-    guesses = [
-        [follows_reasoning(episode.conversation.assistant(step)["content"]) for step in range(len(row["labels"]))]
-        for episode, row in zip(evaluation, rows, strict=True)
-    ]
-    heuristic = step_metrics(guesses, [row["labels"] for row in rows])
-    metrics.update({f"baseline_follows_reasoning_{name}": value for name, value in heuristic.items()})
-    return {
-        "config": values,
-        "metrics": {name: value for name, value in metrics.items() if not name.startswith("oracle_")},
-        "samples_per_second": summary["samples_per_second"],
-        "train_seconds": summary["train_seconds"],
-        "train_wall_seconds": train_wall,
-        "eval_seconds": time.perf_counter() - started,
-        "train_trajectories": summary["train_trajectories"],
-    }
-
-
-def run_value(
-    args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
-) -> dict[str, Any]:
-    from reward_models.common.config import config_from_dict
-    from reward_models.value import ValueConfig, discounted_returns, evaluate, load_value_critic, main
-
-    path = write_jsonl(data["returns"], work / "returns.jsonl")
-    values = {**VALUE_DEFAULTS, "seed": args.seed, **json.loads(args.value)}
-    config = config_from_dict(
-        ValueConfig,
-        {**values, "data_path": str(path), "base_model": base, "output_dir": str(work / "value"), "eval_fraction": 0},
-    )
-    started = time.perf_counter()
-    summary = main(config)
-    train_wall = time.perf_counter() - started
-    started = time.perf_counter()
-    critic = load_value_critic(config.output_dir, device=args.device)
-    rows = returns_rows(evaluation)
-    predicted = critic.batch_values([(row["prompt"], row["completions"]) for row in rows])
-    metrics = evaluate(
-        predicted,
-        [discounted_returns(row["rewards"], config.gamma) for row in rows],
-        [discounted_returns(row["rewards"], config.gamma) for row in data["returns"]],
-    )
-    return {
-        "config": values,
-        "metrics": metrics,
-        "samples_per_second": summary["samples_per_second"],
-        "train_seconds": summary["train_seconds"],
-        "train_wall_seconds": train_wall,
-        "eval_seconds": time.perf_counter() - started,
-        "train_trajectories": summary["train_trajectories"],
     }
 
 

@@ -58,7 +58,7 @@ def test_each_arm_queues_half_as_many_again_as_its_budget_buys_at_most_what_the_
 def _runs(bench):
     """Three seeds of two arms and the oracle at two budgets; held-out success on four tasks, greedy equal to sampled.
     The comparisons arm gains 25 points at the last budget in every seed, the step-label arm nothing."""
-    import loop  # bench/loop.py, as the bench imported it
+    import loop_rounds  # bench/loop_rounds.py, as bench/loop.py imported it
 
     finals = {
         "comparisons": [[0.5, 0.5, 0.5, 0.5], [0.75, 0.75, 0.75, 0.75]],
@@ -78,7 +78,7 @@ def _runs(bench):
                 gain = success - sum(base) / len(base)
                 points.append(
                     asdict(
-                        loop.Point(
+                        loop_rounds.Point(
                             round=index + 1,
                             comparisons=10 * (index + 1),
                             step_items=0,

@@ -1,4 +1,5 @@
-"""The metric code of bench/judge_oracle.py (the oracle test of the judge models), on hand-made episodes."""
+"""bench/judge_oracle_metrics.py, the metric code of bench/judge_oracle.py (the oracle test of the judge models), on
+hand-made episodes."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from reward_models.conversation import StepTurn, build_conversation
 from reward_models.policy.turns import judge_view
 from simulation.episodes import OracleEpisode
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "judge_oracle.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "judge_oracle_metrics.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("judge_oracle", BENCH)
+    spec = importlib.util.spec_from_file_location("judge_oracle_metrics", BENCH)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

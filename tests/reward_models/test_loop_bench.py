@@ -3,6 +3,7 @@ pairs, the arguments, the verdict, the plot, and the reading of several seeds to
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -21,22 +22,49 @@ def _load_bench(path: Path, name: str):
     return module
 
 
+def _bench_module(name: str):
+    """A module of bench/ by name, imported as the bench scripts import their helpers (bench/ on the path)."""
+    if str(BENCH.parent) not in sys.path:
+        sys.path.insert(0, str(BENCH.parent))
+    return importlib.import_module(name)
+
+
 @pytest.fixture(scope="module")
 def loop():
     return _load_bench(BENCH, "loop_bench")
 
 
-def test_the_oracle_pair_accuracy_is_split_by_pair_type(loop):
+@pytest.fixture(scope="module")
+def loop_rounds():
+    return _bench_module("loop_rounds")
+
+
+@pytest.fixture(scope="module")
+def loop_oracle_pairs():
+    return _bench_module("loop_oracle_pairs")
+
+
+@pytest.fixture(scope="module")
+def loop_report():
+    return _bench_module("loop_report")
+
+
+@pytest.fixture(scope="module")
+def loop_plot():
+    return _bench_module("loop_plot")
+
+
+def test_the_oracle_pair_accuracy_is_split_by_pair_type(loop_oracle_pairs):
     won, lost = SimpleNamespace(success=True), SimpleNamespace(success=False)
     pairs = [(won, lost), (won, lost), (lost, lost), (lost, lost), (lost, lost), (won, won)]
     right = [True, True, True, False, False, True]
-    shares = loop.accuracy_by_type(pairs, right)
+    shares = loop_oracle_pairs.accuracy_by_type(pairs, right)
     assert shares == {"all": 4 / 6, "one_succeeded": 1.0, "both_failed": 1 / 3, "both_succeeded": 1.0}
-    assert loop.by_type_text({k: v for k, v in shares.items() if k != "all"}) == (
+    assert loop_oracle_pairs.by_type_text({k: v for k, v in shares.items() if k != "all"}) == (
         "one succeeded 100%, both failed 33%, both succeeded 100%"
     )
     with pytest.raises(ValueError):  # one verdict per pair
-        loop.accuracy_by_type(pairs, right[:-1])
+        loop_oracle_pairs.accuracy_by_type(pairs, right[:-1])
 
 
 def test_the_active_case_may_queue_fewer_comparisons_a_round(loop, capsys):
@@ -52,9 +80,9 @@ def test_the_active_case_may_queue_fewer_comparisons_a_round(loop, capsys):
     assert "--active_comparisons: must be 0" in capsys.readouterr().err
 
 
-def _point(loop, number, comparisons, sampled, greedy, judges):
+def _point(loop_rounds, number, comparisons, sampled, greedy, judges):
     """One round of a case, as bench/loop.py records it (the standard errors are placeholders)."""
-    return loop.Point(
+    return loop_rounds.Point(
         round=number,
         comparisons=comparisons,
         step_items=0,
@@ -69,22 +97,22 @@ def _point(loop, number, comparisons, sampled, greedy, judges):
     )
 
 
-def _rounds(loop, rounds):
+def _rounds(loop_rounds, rounds):
     """A case's points from (comparisons, sampled, greedy, reward-model accuracy) a round."""
     return [
-        _point(loop, number, comparisons, sampled, greedy, {"rm_oracle_accuracy": accuracy} if accuracy else {})
+        _point(loop_rounds, number, comparisons, sampled, greedy, {"rm_oracle_accuracy": accuracy} if accuracy else {})
         for number, (comparisons, sampled, greedy, accuracy) in enumerate(rounds, start=1)
     ]
 
 
-def test_the_verdict_compares_active_at_half_the_labels_with_random(loop, capsys):
+def test_the_verdict_compares_active_at_half_the_labels_with_random(loop_rounds, loop_report, capsys):
     base = {"sampled_success": 0.50, "greedy_success": 0.40}
     results = {
-        "random": (base, _rounds(loop, [(250, 0.52, 0.40, 0.74), (500, 0.56, 0.41, 0.77)])),
-        "active": (base, _rounds(loop, [(125, 0.53, 0.40, 0.78), (250, 0.57, 0.38, 0.80)])),
-        "oracle": (base, _rounds(loop, [(0, 0.55, 0.40, None), (0, 0.60, 0.40, None)])),
+        "random": (base, _rounds(loop_rounds, [(250, 0.52, 0.40, 0.74), (500, 0.56, 0.41, 0.77)])),
+        "active": (base, _rounds(loop_rounds, [(125, 0.53, 0.40, 0.78), (250, 0.57, 0.38, 0.80)])),
+        "oracle": (base, _rounds(loop_rounds, [(0, 0.55, 0.40, None), (0, 0.60, 0.40, None)])),
     }
-    verdict = loop.report(results, SimpleNamespace(eval_tasks=200, eval_samples=4))
+    verdict = loop_report.report(results, SimpleNamespace(eval_tasks=200, eval_samples=4))
     assert verdict["sampled"]["active_minus_random"] == pytest.approx(0.01)
     assert verdict["greedy"]["active_minus_random"] == pytest.approx(-0.03)
     assert verdict["sampled"]["labels_for_random_gain"] == {"random": 500, "active": 250}
@@ -96,13 +124,13 @@ def test_the_verdict_compares_active_at_half_the_labels_with_random(loop, capsys
     assert verdict["reward_model"]["comparisons_for_random_final_accuracy"] == {"random": 500, "active": 125}
 
 
-def test_without_the_oracle_case_the_verdict_still_compares_active_with_random(loop, capsys):
+def test_without_the_oracle_case_the_verdict_still_compares_active_with_random(loop_rounds, loop_report, capsys):
     base = {"sampled_success": 0.50, "greedy_success": 0.40}
     results = {
-        "random": (base, _rounds(loop, [(24, 0.49, 0.38, 0.70), (48, 0.55, 0.41, 0.73)])),
-        "active": (base, _rounds(loop, [(12, 0.51, 0.40, 0.72), (24, 0.56, 0.37, 0.71)])),
+        "random": (base, _rounds(loop_rounds, [(24, 0.49, 0.38, 0.70), (48, 0.55, 0.41, 0.73)])),
+        "active": (base, _rounds(loop_rounds, [(12, 0.51, 0.40, 0.72), (24, 0.56, 0.37, 0.71)])),
     }
-    verdict = loop.report(results, SimpleNamespace(eval_tasks=200, eval_samples=4))
+    verdict = loop_report.report(results, SimpleNamespace(eval_tasks=200, eval_samples=4))
     assert verdict["sampled"]["active_minus_random"] == pytest.approx(0.01)
     assert verdict["greedy"]["active_minus_random"] == pytest.approx(-0.04)
     assert verdict["sampled"]["labels_for_random_gain"] == {"random": 48, "active": 24}
@@ -113,18 +141,18 @@ def test_without_the_oracle_case_the_verdict_still_compares_active_with_random(l
     assert "greedy: random +1.0% ± 3.0%; active -3.0% ± 3.0%;" in printed
 
 
-def test_the_plot_is_written_as_svg_and_as_a_png_rendered_by_chromium(loop, tmp_path, capsys):
+def test_the_plot_is_written_as_svg_and_as_a_png_rendered_by_chromium(loop_rounds, loop_plot, tmp_path, capsys):
     import struct
 
-    if loop.find_chromium() is None:
+    if loop_plot.find_chromium() is None:
         pytest.skip("needs Chromium (CI installs Debian's chromium)")
     base = {"sampled_success": 0.50, "greedy_success": 0.40}
     results = {
-        "random": (base, [_point(loop, 1, 100, 0.55, 0.41, {}), _point(loop, 2, 200, 0.58, 0.39, {})]),
-        "oracle": (base, [_point(loop, 1, 0, 0.56, 0.42, {}), _point(loop, 2, 0, 0.60, 0.43, {})]),
+        "random": (base, [_point(loop_rounds, 1, 100, 0.55, 0.41, {}), _point(loop_rounds, 2, 200, 0.58, 0.39, {})]),
+        "oracle": (base, [_point(loop_rounds, 1, 0, 0.56, 0.42, {}), _point(loop_rounds, 2, 0, 0.60, 0.43, {})]),
     }
     png = tmp_path / "loop.png"
-    loop.plot(results, png)
+    loop_plot.plot(results, png)
     header = png.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", header[16:24]) == (1180, 400)  # IHDR: the two charts side by side
@@ -134,19 +162,21 @@ def test_the_plot_is_written_as_svg_and_as_a_png_rendered_by_chromium(loop, tmp_
     assert f"plot: {png} (and " in capsys.readouterr().out
 
 
-def test_without_a_runnable_chromium_the_plot_says_why_there_is_no_png(loop, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(loop.shutil, "which", lambda name: None)
+def test_without_a_runnable_chromium_the_plot_says_why_there_is_no_png(
+    loop_rounds, loop_plot, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(loop_plot.shutil, "which", lambda name: None)
     base = {"sampled_success": 0.50, "greedy_success": 0.40}
-    results = {"random": (base, [_point(loop, 1, 100, 0.55, 0.41, {})])}
-    charts = loop.plot(results, tmp_path / "loop.png")
+    results = {"random": (base, [_point(loop_rounds, 1, 100, 0.55, 0.41, {})])}
+    charts = loop_plot.plot(results, tmp_path / "loop.png")
     assert not (tmp_path / "loop.png").exists()
     # The figures carry the same SVGs, for the benchmark page.
     assert charts == {decoding: (tmp_path / f"loop-{decoding}.svg").read_text() for decoding in ("sampled", "greedy")}
     assert "(no PNG: Chromium is not installed (Debian: apt-get install chromium))" in capsys.readouterr().out
     broken = tmp_path / "chromium"
     broken.write_text("not a program")  # on PATH, but without the execute bit
-    monkeypatch.setattr(loop.shutil, "which", lambda name: str(broken))
-    loop.plot(results, tmp_path / "loop.png")
+    monkeypatch.setattr(loop_plot.shutil, "which", lambda name: str(broken))
+    loop_plot.plot(results, tmp_path / "loop.png")
     assert f"(no PNG: {broken} could not be started: " in capsys.readouterr().out
 
 
@@ -158,7 +188,7 @@ def loop_seeds():
     return _load_bench(SEEDS_BENCH, "loop_seeds_bench")
 
 
-def _figures(loop, tmp_path, name, seed, base, cases):
+def _figures(loop_rounds, tmp_path, name, seed, base, cases):
     """A bench/loop.py --out file: `cases` maps a case to its rounds' (comparisons, sampled, greedy)."""
     import json
     from dataclasses import asdict
@@ -166,7 +196,7 @@ def _figures(loop, tmp_path, name, seed, base, cases):
     judges = {"rm_oracle_accuracy": 0.75, "rm_oracle_accuracy_by_type": {"one_succeeded": 0.9, "both_failed": 0.5}}
 
     def point(number, comparisons, sampled, greedy):
-        return _point(loop, number, comparisons, sampled, greedy, judges)
+        return _point(loop_rounds, number, comparisons, sampled, greedy, judges)
 
     path = tmp_path / name
     base_figures = {"sampled_success": base[0], "greedy_success": base[1]}
@@ -184,10 +214,10 @@ def _figures(loop, tmp_path, name, seed, base, cases):
     return path
 
 
-def test_loop_seeds_reads_the_bars_on_the_means_over_seeds(loop, loop_seeds, tmp_path, capsys):
+def test_loop_seeds_reads_the_bars_on_the_means_over_seeds(loop_rounds, loop_seeds, tmp_path, capsys):
     files = [
         _figures(
-            loop,
+            loop_rounds,
             tmp_path,
             "s1.json",
             1,
@@ -198,9 +228,11 @@ def test_loop_seeds_reads_the_bars_on_the_means_over_seeds(loop, loop_seeds, tmp
             },
         ),
         # Seed 1's oracle case from another run on the same base policy.
-        _figures(loop, tmp_path, "s1-oracle.json", 1, (0.50, 0.40), {"oracle": [(0, 0.54, 0.40), (0, 0.58, 0.42)]}),
         _figures(
-            loop,
+            loop_rounds, tmp_path, "s1-oracle.json", 1, (0.50, 0.40), {"oracle": [(0, 0.54, 0.40), (0, 0.58, 0.42)]}
+        ),
+        _figures(
+            loop_rounds,
             tmp_path,
             "s2.json",
             2,
@@ -246,12 +278,14 @@ def test_loop_seeds_reads_the_bars_on_the_means_over_seeds(loop, loop_seeds, tmp
     )
 
 
-def test_loop_seeds_compares_active_at_half_the_labels_with_random_seed_by_seed(loop, loop_seeds, tmp_path, capsys):
+def test_loop_seeds_compares_active_at_half_the_labels_with_random_seed_by_seed(
+    loop_rounds, loop_seeds, tmp_path, capsys
+):
     """`--active_comparisons` half of `--comparisons`: the same rounds, half the labels; a seed without both cases
     is left out of the difference."""
     files = [
         _figures(
-            loop,
+            loop_rounds,
             tmp_path,
             f"s{seed}.json",
             seed,
@@ -260,7 +294,9 @@ def test_loop_seeds_compares_active_at_half_the_labels_with_random_seed_by_seed(
         )
         for seed, active in ((1, 0.57), (2, 0.55))
     ]
-    files.append(_figures(loop, tmp_path, "s3.json", 3, (0.50, 0.40), {"random": [(200, 0.5, 0.4), (400, 0.6, 0.4)]}))
+    files.append(
+        _figures(loop_rounds, tmp_path, "s3.json", 3, (0.50, 0.40), {"random": [(200, 0.5, 0.4), (400, 0.6, 0.4)]})
+    )
     seeds = loop_seeds.load(files)
     summary = loop_seeds.summarise(seeds)
     difference = summary["active_minus_random"]
@@ -277,16 +313,16 @@ def test_loop_seeds_compares_active_at_half_the_labels_with_random_seed_by_seed(
     )
 
 
-def test_loop_seeds_refuses_one_seed_on_two_base_policies_and_unequal_schedules(loop, loop_seeds, tmp_path):
-    one = _figures(loop, tmp_path, "a.json", 3, (0.50, 0.40), {"random": [(100, 0.5, 0.4)]})
-    other_base = _figures(loop, tmp_path, "b.json", 3, (0.45, 0.40), {"oracle": [(0, 0.5, 0.4)]})
+def test_loop_seeds_refuses_one_seed_on_two_base_policies_and_unequal_schedules(loop_rounds, loop_seeds, tmp_path):
+    one = _figures(loop_rounds, tmp_path, "a.json", 3, (0.50, 0.40), {"random": [(100, 0.5, 0.4)]})
+    other_base = _figures(loop_rounds, tmp_path, "b.json", 3, (0.45, 0.40), {"oracle": [(0, 0.5, 0.4)]})
     with pytest.raises(SystemExit, match="seed 3's oracle case started from a base policy"):
         loop_seeds.load([one, other_base])
-    longer = _figures(loop, tmp_path, "c.json", 4, (0.50, 0.40), {"random": [(250, 0.5, 0.4)]})
+    longer = _figures(loop_rounds, tmp_path, "c.json", 4, (0.50, 0.40), {"random": [(250, 0.5, 0.4)]})
     with pytest.raises(SystemExit, match="the random case labelled on different schedules"):
         loop_seeds.summarise(loop_seeds.load([one, longer]))
     # Random at seed 3 and the oracle at seed 5 only: no seed ran both, so there is no share of the oracle's gain.
-    elsewhere = _figures(loop, tmp_path, "d.json", 5, (0.50, 0.40), {"oracle": [(0, 0.6, 0.4)]})
+    elsewhere = _figures(loop_rounds, tmp_path, "d.json", 5, (0.50, 0.40), {"oracle": [(0, 0.6, 0.4)]})
     apart = loop_seeds.summarise(loop_seeds.load([one, elsewhere]))
     assert "share_of_oracle" not in apart["cases"]["random"]["sampled"]
     assert apart["cases"]["oracle"]["sampled"]["mean"] == pytest.approx(0.1)
