@@ -34,7 +34,7 @@ from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 CONVERSATION = [
     {"role": "system", "content": "reach the goal G"},

@@ -42,7 +42,7 @@ TINY = {
     "logging_steps": 1,
     "learning_rate": 1e-3,
 }
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
