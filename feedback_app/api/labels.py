@@ -166,6 +166,8 @@ class LabelViewSet(
 
     def update(self, request, *args, **kwargs) -> Response:
         label = self.get_object()
+        if label.annotator_id != request.user.pk:  # before the body is read: someone else's label is not theirs to fix
+            raise PermissionDenied("Only the annotator who made a label may revise it.")
         serializer = self.get_serializer(label, data=request.data, partial=kwargs.get("partial", False))
         serializer.is_valid(raise_exception=True)
         changes = dict(serializer.validated_data)

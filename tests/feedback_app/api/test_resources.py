@@ -462,3 +462,12 @@ def test_an_outsider_past_the_rate_still_gets_404_not_429(project, outsider, res
     assert [client.get(path).status_code for path in paths * 2] == [404] * 8
     member = api_as(researcher)
     assert [member.get(f"/api/projects/{project.pk}/tasks/").status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_only_a_label_s_own_annotator_may_revise_it_whatever_the_body(project, pair, annotator, researcher, api_as):
+    body = {"trajectory_a": pair[0].pk, "trajectory_b": pair[1].pk, "choice": "a"}
+    label = api_as(annotator).post(_url(project, "comparisons/"), body, format="json").json()
+    for change in ({"choice": "b"}, {"choice": "sideways"}):
+        response = api_as(researcher).patch(_url(project, f"comparisons/{label['id']}/"), change, format="json")
+        assert response.status_code == 403, change
+    assert Comparison.objects.get().choice == "a"
