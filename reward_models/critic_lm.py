@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from reward_models.common.artifacts import (
     checkpoint_dir,
-    finished_summary,
+    finished_model,
     last_checkpoint,
     read_manifest,
     trained_model,
@@ -64,7 +64,13 @@ from reward_models.common.artifacts import (
 )
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
-from reward_models.common.data import bad_rows, message_text, read_rows, row_tools, rows_error, split_by_task
+from reward_models.common.data import (
+    bad_rows,
+    checked_rows,
+    message_text,
+    row_tools,
+    split_by_task,
+)
 from reward_models.common.judge_config import JudgeConfig, with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
 from reward_models.common.runtime import resolve_precision, trainer_precision_args
@@ -302,17 +308,11 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
     from trl import SFTConfig, SFTTrainer
 
     reporter = reporter or SilentReporter()
-    finished = finished_summary(config, KIND)
-    if finished is not None:
-        reporter.log(f"{config.output_dir} already holds this critic; not training again")
+    if (finished := finished_model(config, KIND, reporter, "critic")) is not None:
         return finished
     precision = resolve_precision(config.precision)
     local = with_local_base(config)  # a hub id read from the local cache
-    rows = read_rows(config.data_path)
-    if not rows:
-        raise ConfigError("data_path", "holds no rows")
-    if problems := row_problems(rows, config):
-        raise rows_error(problems, len(rows))
+    rows = checked_rows(config, row_problems)
     train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
     if not train_rows:
         raise ConfigError("data_path", "leaves no critiques to train on after the held-out split")

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common.artifacts import finished_summary, write_manifest
+from reward_models.common.artifacts import finished_model, write_manifest
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
-from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error, split_by_task
+from reward_models.common.data import bad_rows, checked_rows, row_tools, split_by_task
 from reward_models.common.judge_config import with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter
 from reward_models.step_scorer import StepScorer
@@ -214,14 +214,10 @@ def main(config: PRMConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     reporter = reporter or SilentReporter()
-    finished = finished_summary(config, KIND)
-    if finished is not None:
-        reporter.log(f"{config.output_dir} already holds this model; nothing to do")
+    if (finished := finished_model(config, KIND, reporter)) is not None:
         return finished
     local = with_local_base(config)  # a hub id read from the local cache
-    rows = read_rows(config.data_path)
-    if problems := row_problems(rows, config):
-        raise rows_error(problems, len(rows))
+    rows = checked_rows(config, row_problems)
     style = rows_style(rows)
     # Split before filtering, so that the flag changes the training rows and never which tasks are held out.
     train_rows, held_out = split_by_task(rows, config.eval_fraction, config.seed)

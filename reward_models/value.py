@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common.artifacts import finished_summary, write_manifest
+from reward_models.common.artifacts import finished_model, write_manifest
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
-from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error, split_by_task
+from reward_models.common.data import bad_rows, checked_rows, row_tools, split_by_task
 from reward_models.common.judge_config import with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter
 from reward_models.conversation import Message
@@ -250,14 +250,10 @@ def main(config: ValueConfig, reporter: Reporter | None = None) -> dict[str, Any
     from transformers import AutoTokenizer
 
     reporter = reporter or SilentReporter()
-    finished = finished_summary(config, KIND)
-    if finished is not None:
-        reporter.log(f"{config.output_dir} already holds this model; nothing to do")
+    if (finished := finished_model(config, KIND, reporter)) is not None:
         return finished
     local = with_local_base(config)  # a hub id read from the local cache
-    rows = read_rows(config.data_path)
-    if problems := row_problems(rows, config):
-        raise rows_error(problems, len(rows))
+    rows = checked_rows(config, row_problems)
     style = rows_style(rows)
     returns = [discounted_returns(rewards, config.gamma) for rewards in step_rewards(rows, config, reporter)]
     for row, row_returns in zip(rows, returns, strict=True):

@@ -98,3 +98,12 @@ def finished_summary(config: Any, kind: str) -> dict[str, Any] | None:
             "output_dir", f"{config.output_dir} already holds a finished model with other settings; use a new one"
         )
     return manifest["summary"]
+
+
+def finished_model(config: Any, kind: str, reporter: Any, noun: str = "model") -> dict[str, Any] | None:
+    """`finished_summary`, said through `reporter` (a `reporting.Reporter`) when there is one: a pipeline returns it
+    instead of training again."""
+    finished = finished_summary(config, kind)
+    if finished is not None:
+        reporter.log(f"{config.output_dir} already holds this {noun}; not training again")
+    return finished

@@ -90,3 +90,16 @@ def message_text(messages: str | Sequence[Mapping[str, str]]) -> str:
     from reward_models.policy.turns import transcript
 
     return messages if isinstance(messages, str) else transcript(messages)
+
+
+def checked_rows(
+    config: Any, problems: Callable[[list[dict[str, Any]], Any], Mapping[int, str]]
+) -> list[dict[str, Any]]:
+    """The rows of `config.data_path`, refused with a ConfigError on ``data_path`` when it holds none or when
+    `problems(rows, config)` finds malformed ones."""
+    rows = read_rows(config.data_path)
+    if not rows:
+        raise ConfigError("data_path", "holds no rows")
+    if found := problems(rows, config):
+        raise rows_error(found, len(rows))
+    return rows

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common.artifacts import ARTIFACT_MANIFEST, finished_summary, write_manifest
+from reward_models.common.artifacts import ARTIFACT_MANIFEST, finished_model, write_manifest
 from reward_models.common.cli import first_process
 from reward_models.common.reporting import Reporter
 from reward_models.finetune.config import PolicyTrainConfig
@@ -20,10 +20,7 @@ if TYPE_CHECKING:
 def finished_policy(config: PolicyTrainConfig, kind: str, reporter: Reporter) -> dict[str, Any] | None:
     """The stored summary when `config.output_dir` already holds a finished policy of `kind` (and says so through
     `reporter`), else None: a trainer returns it instead of training again."""
-    finished = finished_summary(config, kind)
-    if finished is not None:
-        reporter.log(f"{config.output_dir} already holds this policy; not training again")
-    return finished
+    return finished_model(config, kind, reporter, "policy")
 
 
 def save_trained_policy(

@@ -49,10 +49,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common.artifacts import checkpoint_dir, finished_summary, trained_model, write_manifest
+from reward_models.common.artifacts import (
+    checkpoint_dir,
+    finished_model,
+    trained_model,
+    write_manifest,
+)
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
-from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error, split_by_task
+from reward_models.common.data import bad_rows, checked_rows, row_tools, split_by_task
 from reward_models.common.judge_config import JudgeConfig, with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter
 from reward_models.common.runtime import fresh_accelerator, resolve_precision
@@ -168,17 +173,11 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     from reward_models.steps import rows_style
 
     reporter = reporter or SilentReporter()
-    finished = finished_summary(config, KIND)
-    if finished is not None:
-        reporter.log(f"{config.output_dir} already holds this preference model; not training again")
+    if (finished := finished_model(config, KIND, reporter, "preference model")) is not None:
         return finished
     precision = resolve_precision(config.precision)
     local = with_local_base(config)  # a hub id read from the local cache
-    rows = read_rows(config.data_path)
-    if not rows:
-        raise ConfigError("data_path", "holds no rows")
-    if problems := row_problems(rows, config):
-        raise rows_error(problems, len(rows))
+    rows = checked_rows(config, row_problems)
     style = rows_style(rows)
     train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
     dropped_ties = 0

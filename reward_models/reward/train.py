@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from reward_models.common.artifacts import (
     checkpoint_dir,
-    finished_summary,
+    finished_model,
     last_checkpoint,
     trained_model,
     write_manifest,
 )
 from reward_models.common.config import ConfigError
-from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error, split_by_task
+from reward_models.common.data import bad_rows, checked_rows, row_tools, split_by_task
 from reward_models.common.judge_config import with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
 from reward_models.common.runtime import resolve_precision, trainer_precision_args
@@ -245,17 +245,11 @@ def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, An
     """Train the reward model (or ensemble) on `config.data_path`, evaluate it on the held-out tasks and write
     `config.output_dir`; returns the summary (also kept in the manifest)."""
     reporter = reporter or SilentReporter()
-    finished = finished_summary(config, KIND)
-    if finished is not None:
-        reporter.log(f"{config.output_dir} already holds this reward model; not training again")
+    if (finished := finished_model(config, KIND, reporter, "reward model")) is not None:
         return finished
     precision = resolve_precision(config.precision)
     local = with_local_base(config)  # a hub id read from the local cache
-    rows = read_rows(config.data_path)
-    if not rows:
-        raise ConfigError("data_path", "holds no rows")
-    if problems := row_problems(rows, config):
-        raise rows_error(problems, len(rows))
+    rows = checked_rows(config, row_problems)
     style = rows_style(rows)
     rows = [row_in_layout(row, config.layout) for row in rows]
     train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
