@@ -6,6 +6,7 @@ run anywhere."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -151,3 +152,35 @@ def test_the_shipped_packages_never_import_the_simulated_data_of_tests_and_bench
         if name.split(".")[0] in PACKAGES
     }
     assert {name: found for name, found in offenders.items() if found} == {}
+
+
+# The modules that may send SQL of their own, each for a reason its docstring gives: the annotators' busiest request
+# (the hot_path package), the bulk import's COPY and multi-row inserts, the agreement figures the database counts, the
+# exports' id lists sent as one array on PostgreSQL, and the health check's SELECT 1. Everything else uses the ORM.
+RAW_SQL_ALLOWED = (
+    "feedback_app/hot_path/",
+    "feedback_app/imports/bulk_sql.py",
+    "feedback_app/agreement.py",
+    "feedback_app/exports/conversation.py",
+    "feedback_app/views/health.py",
+)
+RAW_SQL = re.compile(r"\.execute\(|\bRawSQL\(|\.raw\(|\.extra\(|connection\.cursor\(")
+
+
+def raw_sql_modules(root: Path, packages: Iterable[str]) -> set[str]:
+    """The modules of `packages` (migrations left out) whose source sends SQL of its own."""
+    found = set()
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            if "migrations" not in path.parts and RAW_SQL.search(path.read_text()):
+                found.add(path.relative_to(root).as_posix())
+    return found
+
+
+def test_raw_sql_lives_only_in_the_modules_that_say_why(tmp_path):
+    outside = {name for name in raw_sql_modules(ROOT, PACKAGES) if not name.startswith(RAW_SQL_ALLOWED)}
+    assert outside == set()
+    # The check sees a cursor where one is added.
+    (tmp_path / "feedback_app").mkdir()
+    (tmp_path / "feedback_app" / "views.py").write_text("with connection.cursor() as c:\n    c.execute('SELECT 1')\n")
+    assert raw_sql_modules(tmp_path, ["feedback_app"]) == {"feedback_app/views.py"}
