@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +72,7 @@ from reward_models.common.data import (
 )
 from reward_models.common.judge_config import JudgeConfig, with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
-from reward_models.common.runtime import resolve_precision, trainer_precision_args
+from reward_models.common.runtime import resolve_precision, timed_training, trainer_precision_args
 from reward_models.critique_encoding import (
     Prompt,
     Tools,
@@ -303,7 +302,7 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
     """Fine-tune the critic on `config.data_path`, evaluate it on held-out tasks and write `config.output_dir`;
     returns the summary (also kept in the manifest). Called again on the same directory, it resumes from the last
     checkpoint, or returns the stored summary when the critic is finished."""
-    from transformers import AutoTokenizer, TrainerState
+    from transformers import AutoTokenizer
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
@@ -328,7 +327,6 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
 
     output_dir = Path(config.output_dir)
     resume = last_checkpoint(output_dir)
-    start_step = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json")).global_step if resume else 0
     args = SFTConfig(
         output_dir=str(checkpoint_dir(output_dir)),
         seed=config.seed,
@@ -374,12 +372,7 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
     if resume:
         reporter.log(f"resuming from {resume}")
     reporter.log(f"training {trainable:,} of {total:,} parameters{' (LoRA)' if config.use_lora else ''}")
-    started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
-    seconds = time.perf_counter() - started
-    steps = trainer.state.global_step - start_step
-    world = trainer.accelerator.num_processes
-    samples_trained = steps * config.batch_size * config.gradient_accumulation_steps * world
+    seconds, samples_trained = timed_training(trainer, resume, config)
 
     after = trainer.evaluate() if eval_rows else {}
     metrics = _evaluation_metrics(before, after) if eval_rows else {}

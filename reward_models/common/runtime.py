@@ -4,6 +4,8 @@ arguments, a fresh `Accelerator`, and seeding every random generator. torch is i
 from __future__ import annotations
 
 import random
+import time
+from pathlib import Path
 from typing import Any
 
 from reward_models.common.config import ConfigError
@@ -52,3 +54,18 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def timed_training(trainer: Any, resume: str | None, config: Any) -> tuple[float, int]:
+    """Train a transformers `trainer` from `resume` (a checkpoint folder, or None for a fresh start). Returns the
+    seconds it took and the samples this run's optimiser steps trained on every process (a resumed checkpoint's
+    steps left out), counted in full batches: an epoch's last, partial batch counts as full."""
+    from transformers import TrainerState
+
+    start_step = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json")).global_step if resume else 0
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    seconds = time.perf_counter() - started
+    steps = trainer.state.global_step - start_step
+    world = trainer.accelerator.num_processes
+    return seconds, steps * config.batch_size * config.gradient_accumulation_steps * world

@@ -8,7 +8,6 @@ import hashlib
 import json
 import random
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from reward_models.common.config import ConfigError
 from reward_models.common.data import bad_rows, checked_rows, row_tools, split_by_task
 from reward_models.common.judge_config import with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
-from reward_models.common.runtime import resolve_precision, trainer_precision_args
+from reward_models.common.runtime import resolve_precision, timed_training, trainer_precision_args
 from reward_models.reward.config import (
     CENTRING_SAMPLE,
     CHECKPOINT_OWNER_FILE,
@@ -116,7 +115,6 @@ def _train_member(
     import torch
     from accelerate import PartialState
     from datasets import Dataset
-    from transformers import TrainerState
     from transformers.trainer_callback import PrinterCallback
     from trl import RewardConfig as TRLRewardConfig
 
@@ -151,7 +149,6 @@ def _train_member(
         owner_file.write_text(json.dumps({"member": member}) + "\n")
     state.wait_for_everyone()
     resume = last_checkpoint(output_dir)
-    start_step = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json")).global_step if resume else 0
 
     peft_config, model_init_kwargs = None, None
     if config.use_lora:
@@ -198,13 +195,7 @@ def _train_member(
     if resume:
         reporter.log(f"member {member}: resuming from {resume}")
     reporter.log(f"member {member}: training on {n} pairs ({len(set(indices))} distinct), seed {seed}")
-    started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
-    seconds = time.perf_counter() - started
-    steps = trainer.state.global_step - start_step
-    world = trainer.accelerator.num_processes
-    # Counted in full batches: an epoch's last, partial batch counts as full.
-    samples = steps * config.batch_size * config.gradient_accumulation_steps * world
+    seconds, samples = timed_training(trainer, resume, config)
 
     model = trained_model(trainer.accelerator, trainer.model)
     model = model.merge_and_unload() if config.use_lora else model
