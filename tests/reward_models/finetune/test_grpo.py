@@ -28,7 +28,11 @@ from reward_models.finetune.grpo import (
 from reward_models.policy.turns import parse_decision
 from simulation.oracle_data import write_jsonl
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import RecordingReporter, RunCancelled
+from tests.reward_models.reporters import (
+    RecordingReporter,
+    assert_finished_run_returns_its_summary,
+    cancelled_then_resumed,
+)
 
 TINY = {
     "prompts_per_step": 2,
@@ -189,15 +193,10 @@ def test_rloo_runs_through_trls_rloo_trainer(policy_dir, reward_model_dir, tmp_p
 
 def test_a_cancelled_run_resumes_from_trls_checkpoint(policy_dir, reward_model_dir, tmp_path):
     config = make_config(policy_dir, reward_model_dir, tmp_path / "run", max_steps=3, save_steps=1, eval_tasks=2)
-    with pytest.raises(RunCancelled):
-        main(config, RecordingReporter(raise_at=2))
-    reporter = RecordingReporter()
-    summary = main(config, reporter)
+    summary, _ = cancelled_then_resumed(main, config, raise_at=2)
     assert summary["resumed_from"].endswith("checkpoint-1")
     assert summary["steps"] == 3 and summary["steps_this_run"] == 2
-    again = RecordingReporter()
-    assert main(config, again) == json.loads(json.dumps(summary))
-    assert again.steps == []
+    assert_finished_run_returns_its_summary(main, config, summary)
 
 
 def test_bad_settings_name_the_field(policy_dir, tmp_path):

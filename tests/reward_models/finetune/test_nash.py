@@ -28,7 +28,11 @@ from reward_models.rollout import rollout
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import preference_rows, write_jsonl
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import RecordingReporter, RunCancelled
+from tests.reward_models.reporters import (
+    RecordingReporter,
+    assert_finished_run_returns_its_summary,
+    cancelled_then_resumed,
+)
 
 # Small runs: 3 tasks per iteration, 4 held-out tasks before and after.
 TINY = {"batch_size": 3, "eval_tasks": 4, "learning_rate": 1e-3, "save_steps": 1000, "logging_steps": 1}
@@ -324,16 +328,11 @@ def test_a_cancelled_run_resumes_from_its_last_checkpoint_and_a_finished_one_ret
     policy_dir, preference_model_dir, tmp_path
 ):
     config = make_config(policy_dir, preference_model_dir, tmp_path / "run", max_steps=3, save_steps=1)
-    with pytest.raises(RunCancelled):
-        main(config, RecordingReporter(raise_at=2))
-    reporter = RecordingReporter()
-    summary = main(config, reporter)
+    summary, reporter = cancelled_then_resumed(main, config, raise_at=2)
     assert summary["resumed_from"].endswith("step-2")
     assert [current for current, _ in reporter.steps] == [2, 3]  # only the third iteration ran again
     assert [entry["step"] for entry in summary["history"]] == [1, 2, 3]
-    again = RecordingReporter()
-    assert main(config, again) == json.loads(json.dumps(summary))
-    assert again.steps == []
+    assert_finished_run_returns_its_summary(main, config, summary)
 
 
 def test_bad_settings_name_the_field(policy_dir, preference_model_dir, tmp_path):
