@@ -51,7 +51,7 @@ class RecordingReporter:
         return [values[name] for values in self.metrics if name in values]
 
 
-def cancelled_then_resumed(
+def resumed_after_cancel(
     main: Callable[..., dict[str, Any]], config: Any, raise_at: int
 ) -> tuple[dict[str, Any], RecordingReporter]:
     """Runs the pipeline `main` on `config` until a cancel at training step `raise_at` (checking that it stops
@@ -62,7 +62,7 @@ def cancelled_then_resumed(
     return main(config, reporter), reporter
 
 
-def assert_finished_run_returns_its_summary(
+def assert_finished_returns_summary(
     main: Callable[..., dict[str, Any]], config: Any, summary: dict[str, Any]
 ) -> RecordingReporter:
     """Runs `main` on the finished directory of `config` and checks that it returns the stored `summary` (as JSON

@@ -11,7 +11,7 @@ import torch
 OBSERVATION_TEXT = ". # A |"
 
 
-def assert_only_completion_positions_get_gradient(gradient: torch.Tensor, completion_mask: torch.Tensor) -> None:
+def assert_gradient_on_completions(gradient: torch.Tensor, completion_mask: torch.Tensor) -> None:
     """`gradient`, the size of the final hidden state's gradient at each position, is positive exactly where the
     next token is a completion token: the hidden state at position t feeds only the prediction of token t + 1."""
     predicts_completion = torch.zeros_like(completion_mask, dtype=torch.bool)
@@ -20,7 +20,7 @@ def assert_only_completion_positions_get_gradient(gradient: torch.Tensor, comple
     assert (gradient[~predicts_completion] == 0).all()
 
 
-def assert_prompts_lead_with_observations(tokenizer, input_ids: torch.Tensor, prompts: Sequence[list[int]]) -> None:
+def assert_prompts_show_observations(tokenizer, input_ids: torch.Tensor, prompts: Sequence[list[int]]) -> None:
     """Each batch row of `input_ids` starts with its prompt's ids, and that prompt shows an observation."""
     observation_ids = set(tokenizer(OBSERVATION_TEXT, add_special_tokens=False)["input_ids"])
     for row, prompt_ids in zip(input_ids, prompts, strict=True):

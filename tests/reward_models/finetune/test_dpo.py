@@ -29,15 +29,8 @@ from simulation.episodes import scripted_episodes
 from simulation.oracle_data import intervention_step_preference_rows, preference_rows, write_jsonl
 from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
-from tests.reward_models.finetune.gradients import (
-    assert_only_completion_positions_get_gradient,
-    assert_prompts_lead_with_observations,
-)
-from tests.reward_models.reporters import (
-    RecordingReporter,
-    RunCancelled,
-    assert_finished_run_returns_its_summary,
-)
+from tests.reward_models.finetune.gradients import assert_gradient_on_completions, assert_prompts_show_observations
+from tests.reward_models.reporters import RecordingReporter, RunCancelled, assert_finished_returns_summary
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
 TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1}
@@ -177,10 +170,10 @@ def test_observation_positions_get_no_gradient_in_the_step_level_dpo_loss(tiny_p
     trainer.compute_loss(trainer.model, inputs).backward()
     handle.remove()
     mask = inputs["completion_mask"]
-    assert_only_completion_positions_get_gradient(captured["hidden"].grad.abs().sum(dim=-1), mask)
+    assert_gradient_on_completions(captured["hidden"].grad.abs().sum(dim=-1), mask)
     # Rows are [chosen..., rejected...]; the completion is exactly each side's step, the rest is the prompt.
     prompts = [pair.chosen[0].prompt_ids for pair in [*pairs, *pairs]]
-    assert_prompts_lead_with_observations(loaded.tokenizer, inputs["input_ids"], prompts)
+    assert_prompts_show_observations(loaded.tokenizer, inputs["input_ids"], prompts)
     assert mask.sum().item() == sum(len(p.chosen[0].completion_ids) + len(p.rejected[0].completion_ids) for p in pairs)
 
 
@@ -323,7 +316,7 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_a_finished_one_returns_
     assert [step for step, _ in reporter.steps] == [3, 4, 5]
     assert summary["steps"] == 5 and not (tmp_path / "run" / "checkpoints").exists()
 
-    again = assert_finished_run_returns_its_summary(main, config, summary)
+    again = assert_finished_returns_summary(main, config, summary)
     assert any("already holds" in line for line in again.lines)
 
 

@@ -28,11 +28,7 @@ from reward_models.finetune.grpo import (
 from reward_models.policy.turns import parse_decision
 from simulation.oracle_data import write_jsonl
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import (
-    RecordingReporter,
-    assert_finished_run_returns_its_summary,
-    cancelled_then_resumed,
-)
+from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
 TINY = {
     "prompts_per_step": 2,
@@ -193,10 +189,10 @@ def test_rloo_runs_through_trls_rloo_trainer(policy_dir, reward_model_dir, tmp_p
 
 def test_a_cancelled_run_resumes_from_trls_checkpoint(policy_dir, reward_model_dir, tmp_path):
     config = make_config(policy_dir, reward_model_dir, tmp_path / "run", max_steps=3, save_steps=1, eval_tasks=2)
-    summary, _ = cancelled_then_resumed(main, config, raise_at=2)
+    summary, _ = resumed_after_cancel(main, config, raise_at=2)
     assert summary["resumed_from"].endswith("checkpoint-1")
     assert summary["steps"] == 3 and summary["steps_this_run"] == 2
-    assert_finished_run_returns_its_summary(main, config, summary)
+    assert_finished_returns_summary(main, config, summary)
 
 
 def test_bad_settings_name_the_field(policy_dir, tmp_path):

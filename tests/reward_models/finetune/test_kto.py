@@ -20,15 +20,8 @@ from reward_models.policy.turns import TurnEncoding, format_decision, parse_deci
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import unpaired_rows, write_jsonl
 from tests.reward_models import tool_chat
-from tests.reward_models.finetune.gradients import (
-    assert_only_completion_positions_get_gradient,
-    assert_prompts_lead_with_observations,
-)
-from tests.reward_models.reporters import (
-    RecordingReporter,
-    assert_finished_run_returns_its_summary,
-    cancelled_then_resumed,
-)
+from tests.reward_models.finetune.gradients import assert_gradient_on_completions, assert_prompts_show_observations
+from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
 TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1}
@@ -111,9 +104,9 @@ def test_observation_positions_get_no_gradient_in_the_kto_loss(tiny_policy_dir, 
     trainer.compute_loss(trainer.model, inputs).backward()
     handle.remove()
     [hidden] = captured
-    assert_only_completion_positions_get_gradient(hidden.grad.abs().sum(dim=-1), inputs["completion_mask"])
+    assert_gradient_on_completions(hidden.grad.abs().sum(dim=-1), inputs["completion_mask"])
     prompts = [example["prompt_ids"] for example in examples]
-    assert_prompts_lead_with_observations(loaded.tokenizer, inputs["input_ids"], prompts)
+    assert_prompts_show_observations(loaded.tokenizer, inputs["input_ids"], prompts)
 
 
 def _turn_logps(policy: Path, data: Path, label: bool) -> float:
@@ -153,10 +146,10 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_a_finished_one_returns_
     config = make_config(
         tiny_policy_dir, rows_path, tmp_path / "run", max_steps=5, save_steps=2, precompute_ref_log_probs=True
     )
-    summary, reporter = cancelled_then_resumed(main, config, raise_at=3)
+    summary, reporter = resumed_after_cancel(main, config, raise_at=3)
     assert summary["resumed_from"].endswith("checkpoint-2")
     assert [step for step, _ in reporter.steps] == [3, 4, 5]
-    assert_finished_run_returns_its_summary(main, config, summary)
+    assert_finished_returns_summary(main, config, summary)
 
 
 def test_ratings_of_one_kind_only_are_refused_naming_the_data(tiny_policy_dir, rows, tmp_path):

@@ -28,11 +28,7 @@ from reward_models.rollout import rollout
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import preference_rows, write_jsonl
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import (
-    RecordingReporter,
-    assert_finished_run_returns_its_summary,
-    cancelled_then_resumed,
-)
+from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
 # Small runs: 3 tasks per iteration, 4 held-out tasks before and after.
 TINY = {"batch_size": 3, "eval_tasks": 4, "learning_rate": 1e-3, "save_steps": 1000, "logging_steps": 1}
@@ -328,11 +324,11 @@ def test_a_cancelled_run_resumes_from_its_last_checkpoint_and_a_finished_one_ret
     policy_dir, preference_model_dir, tmp_path
 ):
     config = make_config(policy_dir, preference_model_dir, tmp_path / "run", max_steps=3, save_steps=1)
-    summary, reporter = cancelled_then_resumed(main, config, raise_at=2)
+    summary, reporter = resumed_after_cancel(main, config, raise_at=2)
     assert summary["resumed_from"].endswith("step-2")
     assert [current for current, _ in reporter.steps] == [2, 3]  # only the third iteration ran again
     assert [entry["step"] for entry in summary["history"]] == [1, 2, 3]
-    assert_finished_run_returns_its_summary(main, config, summary)
+    assert_finished_returns_summary(main, config, summary)
 
 
 def test_bad_settings_name_the_field(policy_dir, preference_model_dir, tmp_path):

@@ -27,11 +27,7 @@ from simulation.episodes import scripted_episodes
 from simulation.oracle_data import preference_rows, write_jsonl
 from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import (
-    RecordingReporter,
-    assert_finished_run_returns_its_summary,
-    cancelled_then_resumed,
-)
+from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
 FAST = {"batch_size": 8, "learning_rate": 5e-3, "logging_steps": 1, "save_steps": 1000}
@@ -211,10 +207,10 @@ def test_a_bradley_terry_reward_model_directory_loads_behind_the_same_interface(
 
 def test_a_cancelled_run_resumes_from_its_checkpoint(data_path, tiny_base_model, tmp_path):
     config = make_config(data_path, tiny_base_model, tmp_path / "run", max_steps=6, save_steps=2)
-    summary, reporter = cancelled_then_resumed(main, config, raise_at=5)
+    summary, reporter = resumed_after_cancel(main, config, raise_at=5)
     assert summary["resumed_from"].endswith("step-4")
     assert [current for current, _ in reporter.steps] == [5, 6]
-    assert_finished_run_returns_its_summary(main, config, summary)
+    assert_finished_returns_summary(main, config, summary)
 
 
 def test_bad_settings_name_the_field(data_path, tiny_base_model, tmp_path):

@@ -21,11 +21,7 @@ from reward_models.policy.turns import TurnEncoding, render_prompt
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import intervention_sft_rows, write_jsonl
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import (
-    RecordingReporter,
-    assert_finished_run_returns_its_summary,
-    cancelled_then_resumed,
-)
+from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
 TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1}
@@ -149,10 +145,10 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_a_finished_one_returns_
     tiny_policy_dir, rows_path, tmp_path
 ):
     config = make_config(tiny_policy_dir, rows_path, tmp_path / "run", max_steps=5, save_steps=2)
-    summary, reporter = cancelled_then_resumed(main, config, raise_at=3)
+    summary, reporter = resumed_after_cancel(main, config, raise_at=3)
     assert summary["resumed_from"].endswith("checkpoint-2")
     assert [step for step, _ in reporter.steps] == [3, 4, 5]
-    assert_finished_run_returns_its_summary(main, config, summary)
+    assert_finished_returns_summary(main, config, summary)
 
 
 def test_no_rows_of_the_chosen_sources_is_refused_naming_the_data(tiny_policy_dir, rows_path, tmp_path):
