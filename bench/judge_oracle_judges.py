@@ -12,7 +12,6 @@ from typing import Any
 
 from judge_oracle_metrics import BASELINES, follows_reasoning, judged_pairs, pair_accuracy, smaller_wins
 
-from reward_models.envs.gridworld import GridWorld
 from simulation.episodes import OracleEpisode
 from simulation.oracle_data import returns_rows, stepwise_rows, write_jsonl
 
@@ -41,22 +40,16 @@ def base_model_dir(args: argparse.Namespace, work: Path) -> str:
     `tiny_base_model` test fixture builds it, sized by the flags)."""
     if args.base_model:
         return args.base_model
-    from reward_models.policy.bootstrap import vocabulary_corpus
-    from reward_models.policy.model import build_tiny_llama, save_policy
-    from reward_models.policy.tokenizer import build_word_tokenizer
-    from simulation.oracle_data import vocabulary
+    from simulation.oracle_data import build_tiny_base
 
-    tokenizer = build_word_tokenizer([*vocabulary_corpus(GridWorld()), *vocabulary()])
-    model = build_tiny_llama(
-        tokenizer,
+    path = build_tiny_base(
+        work / "base",
         hidden_size=args.hidden_size,
         num_layers=args.num_layers,
         num_heads=args.num_heads,
         intermediate_size=args.intermediate_size,
-        max_positions=2048,
         seed=args.seed,
     )
-    path = save_policy(model, tokenizer, work / "base", history_window=0, max_new_tokens=32)
     return str(path)
 
 
