@@ -36,7 +36,6 @@ SMALL_GRID = {"size": 4, "max_steps": 6}
 TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1}
 ROOT = Path(__file__).resolve().parents[3]
 GRID = GridWorld(**SMALL_GRID)
-TOOL_ENVIRONMENT = "tests.reward_models.tool_chat.ToolCounter"
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +81,7 @@ def make_config(policy: Path, data: Path, output_dir: Path, **overrides) -> DPOC
 
 def tool_config(policy: Path, data: Path, output_dir: Path, **overrides) -> DPOConfig:
     """A two-step run in batches of two on the tool-calling test environment (`tool_chat.ToolCounter`)."""
-    tool_run = {"environment": TOOL_ENVIRONMENT, "environment_config": {}, "max_steps": 2, "batch_size": 2}
-    return make_config(policy, data, output_dir, **tool_run, **overrides)
+    return make_config(policy, data, output_dir, **tool_chat.RUN_ENVIRONMENT, max_steps=2, batch_size=2, **overrides)
 
 
 def chosen_margins(policy: Path, pairs: list[PreferencePair]) -> torch.Tensor:

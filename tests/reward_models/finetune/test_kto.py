@@ -209,8 +209,7 @@ def test_kto_on_tool_calls_prompts_with_the_tools_and_rates_the_assistant_turns_
         tool_policy_dir,
         data,
         tmp_path / "run",
-        environment="tests.reward_models.tool_chat.ToolCounter",
-        environment_config={},
+        **tool_chat.RUN_ENVIRONMENT,
         max_steps=2,
         batch_size=4,
     )

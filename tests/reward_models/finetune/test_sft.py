@@ -213,8 +213,7 @@ def test_sft_on_tool_calls_prompts_with_the_tools_and_learns_the_assistant_turns
         tool_policy_dir,
         data,
         tmp_path / "run",
-        environment="tests.reward_models.tool_chat.ToolCounter",
-        environment_config={},
+        **tool_chat.RUN_ENVIRONMENT,
         max_steps=2,
         batch_size=2,
     )
