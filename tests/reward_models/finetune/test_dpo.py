@@ -92,6 +92,16 @@ def chosen_margins(policy: Path, pairs: list[PreferencePair]) -> torch.Tensor:
     return chosen - rejected
 
 
+def margins_before_and_after(
+    policy: Path, run: Path, rows_path: Path, level: str
+) -> tuple[list[dict], list[PreferencePair], torch.Tensor, torch.Tensor]:
+    """The rows of `rows_path`, their pairs at `level`, and the pairs' `chosen_margins` under the policy in `policy`
+    and under the one the run in `run` trained from it."""
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    pairs = preference_pairs(rows, load_policy_model(policy).tokenizer, 0, level, GRID)
+    return rows, pairs, chosen_margins(policy, pairs), chosen_margins(run, pairs)
+
+
 def test_a_step_pair_is_the_prompt_the_policy_saw_and_the_step_it_writes(windowed_policy, episodes):
     rows = [row for row in intervention_step_preference_rows(episodes) if row["step_index"] >= 1]
     row = rows[0]
@@ -181,10 +191,9 @@ def test_step_level_dpo_raises_the_chosen_steps_over_the_rejected_ones(tiny_poli
         tiny_policy_dir, one_sided_rows_path, tmp_path / "run", max_steps=12, eval_tasks=4, balance="none"
     )
     summary = main(config, reporter)
-    loaded = load_policy_model(tiny_policy_dir)
-    rows = [json.loads(line) for line in one_sided_rows_path.read_text().splitlines()]
-    pairs = preference_pairs(rows, loaded.tokenizer, 0, "step", GRID)
-    before, after = chosen_margins(tiny_policy_dir, pairs), chosen_margins(tmp_path / "run", pairs)
+    rows, pairs, before, after = margins_before_and_after(
+        tiny_policy_dir, tmp_path / "run", one_sided_rows_path, "step"
+    )
     assert after.mean() > before.mean() + 1.0
     assert (after > before).float().mean() > 0.8
     assert reporter.steps == [(step, 12) for step in range(1, 13)]
@@ -251,10 +260,7 @@ def test_observation_positions_get_no_gradient_in_the_trajectory_loss(tiny_polic
     handle.remove()
     turns = [turn for pair in pairs for turn in pair.chosen] + [turn for pair in pairs for turn in pair.rejected]
     batch = pad_turns(turns, loaded.tokenizer.pad_token_id)
-    predicts_completion = torch.zeros_like(batch.completion_mask, dtype=torch.bool)
-    predicts_completion[:, :-1] = batch.completion_mask[:, 1:].bool()
-    gradient = captured[0].grad.abs().sum(dim=-1)
-    assert (gradient[predicts_completion] > 0).all() and (gradient[~predicts_completion] == 0).all()
+    assert_gradient_on_completions(captured[0].grad.abs().sum(dim=-1), batch.completion_mask)
 
 
 def test_trajectory_dpo_raises_the_preferred_trajectories(tiny_policy_dir, trajectory_rows_path, tmp_path):
@@ -269,10 +275,9 @@ def test_trajectory_dpo_raises_the_preferred_trajectories(tiny_policy_dir, traje
         num_epochs=10,
     )
     summary = main(config, reporter)
-    loaded = load_policy_model(tiny_policy_dir)
-    rows = [json.loads(line) for line in trajectory_rows_path.read_text().splitlines()]
-    pairs = preference_pairs(rows, loaded.tokenizer, 0, "trajectory", GRID)
-    before, after = chosen_margins(tiny_policy_dir, pairs), chosen_margins(tmp_path / "run", pairs)
+    rows, _, before, after = margins_before_and_after(
+        tiny_policy_dir, tmp_path / "run", trajectory_rows_path, "trajectory"
+    )
     assert after.mean() > before.mean() + 1.0
     assert reporter.steps == [(step, 10) for step in range(1, 11)]
     accuracies = reporter.series("rewards_accuracies")
