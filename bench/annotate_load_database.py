@@ -39,17 +39,11 @@ def drop_database(url: str) -> None:
 
 def gridworld_steps(env, spec: dict, rng: random.Random, skill: float) -> list[dict]:
     """One episode: the oracle's best move with probability `skill`, else a random move."""
-    from reward_models.envs.gridworld import ACTIONS
+    from simulation.episodes import skilled_walk
 
-    oracle = env.oracle(spec)
-    observation, actions, steps = env.reset(spec), [], []
-    for index in range(env.max_steps):
-        best = oracle.best_actions(actions)
-        if not best:
-            break
-        action = best[0] if rng.random() < skill else rng.choice(ACTIONS)
-        result = env.step(action)
-        reasoning = "the goal is that way" if action in best else "walls everywhere, try another way"
+    steps = []
+    for index, observation, action, on_course, result in skilled_walk(env, spec, rng, skill):
+        reasoning = "the goal is that way" if on_course else "walls everywhere, try another way"
         steps.append(
             {
                 "index": index,
@@ -63,10 +57,6 @@ def gridworld_steps(env, spec: dict, rng: random.Random, skill: float) -> list[d
                 "replies": [{"role": "user", "content": result.observation}],
             }
         )
-        actions.append(action)
-        observation = result.observation
-        if result.done:
-            break
     return steps
 
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from judge_oracle_metrics import BASELINES, follows_reasoning, judged_pairs, pair_accuracy, smaller_wins
 
-from reward_models.envs.gridworld import GridWorld
 from simulation.episodes import OracleEpisode
 from simulation.oracle_data import returns_rows, stepwise_rows, write_jsonl
 
@@ -41,43 +40,66 @@ def base_model_dir(args: argparse.Namespace, work: Path) -> str:
     `tiny_base_model` test fixture builds it, sized by the flags)."""
     if args.base_model:
         return args.base_model
-    from reward_models.policy.bootstrap import vocabulary_corpus
-    from reward_models.policy.model import build_tiny_llama, save_policy
-    from reward_models.policy.tokenizer import build_word_tokenizer
-    from simulation.oracle_data import vocabulary
+    from simulation.oracle_data import build_tiny_base
 
-    tokenizer = build_word_tokenizer([*vocabulary_corpus(GridWorld()), *vocabulary()])
-    model = build_tiny_llama(
-        tokenizer,
+    path = build_tiny_base(
+        work / "base",
         hidden_size=args.hidden_size,
         num_layers=args.num_layers,
         num_heads=args.num_heads,
         intermediate_size=args.intermediate_size,
-        max_positions=2048,
         seed=args.seed,
     )
-    path = save_policy(model, tokenizer, work / "base", history_window=0, max_new_tokens=32)
     return str(path)
+
+
+def train_judge(
+    config_class: type,
+    main: Any,
+    values: dict[str, Any],
+    rows: list[dict[str, Any]],
+    data_file: str,
+    base: str,
+    output_dir: Path,
+) -> tuple[Any, dict[str, Any], float]:
+    """A judge's pipeline `main` run as Tandem runs it on `rows` (written to `data_file` beside `output_dir`) with
+    the settings `values`, every row trained on (no held-out split: the bench holds out its own episodes). Returns
+    the config, the run's summary and its wall-clock seconds."""
+    from reward_models.common.config import config_from_dict
+
+    path = write_jsonl(rows, output_dir.parent / data_file)
+    config = config_from_dict(
+        config_class,
+        {**values, "data_path": str(path), "base_model": base, "output_dir": str(output_dir), "eval_fraction": 0.0},
+    )
+    started = time.perf_counter()
+    summary = main(config)
+    return config, summary, time.perf_counter() - started
+
+
+def timings(summary: dict[str, Any], train_wall: float, eval_started: float) -> dict[str, float]:
+    """A judge's speed figures: its summary's training throughput and seconds, the run's wall-clock seconds, and
+    the seconds its evaluation took from `eval_started` (a `time.perf_counter` reading) until now."""
+    return {
+        "samples_per_second": summary["samples_per_second"],
+        "train_seconds": summary["train_seconds"],
+        "train_wall_seconds": train_wall,
+        "eval_seconds": time.perf_counter() - eval_started,
+    }
 
 
 def run_reward_model(
     args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
 ) -> dict[str, Any]:
-    from reward_models.common.config import config_from_dict
     from reward_models.reward.config import RewardConfig
     from reward_models.reward.model import load_reward_model
     from reward_models.reward.train import main
 
-    path = write_jsonl(data["preference"], work / "preference.jsonl")
     # The reward model lays out its training rows and whatever it scores itself.
     values = {**RM_DEFAULTS, "layout": args.rm_layout, "seed": args.seed, **json.loads(args.rm)}
-    config = config_from_dict(
-        RewardConfig,
-        {**values, "data_path": str(path), "base_model": base, "output_dir": str(work / "rm"), "eval_fraction": 0.0},
+    config, summary, train_wall = train_judge(
+        RewardConfig, main, values, data["preference"], "preference.jsonl", base, work / "rm"
     )
-    started = time.perf_counter()
-    summary = main(config)
-    train_wall = time.perf_counter() - started
     started = time.perf_counter()
     model = load_reward_model(config.output_dir, device=args.device)
     cuts = [len(episode.prompt) for episode in evaluation]
@@ -103,10 +125,7 @@ def run_reward_model(
         "layout": args.rm_layout,
         "accuracy": figures,
         "minus_shorter_wins": margin_over_length,
-        "samples_per_second": summary["samples_per_second"],
-        "train_seconds": summary["train_seconds"],
-        "train_wall_seconds": train_wall,
-        "eval_seconds": time.perf_counter() - started,
+        **timings(summary, train_wall, started),
         "train_pairs": summary["train_samples"],
     }
 
@@ -114,18 +133,12 @@ def run_reward_model(
 def run_prm(
     args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
 ) -> dict[str, Any]:
-    from reward_models.common.config import config_from_dict
     from reward_models.prm import PRMConfig, evaluate, load_prm, main, step_metrics
 
-    path = write_jsonl(data["stepwise"], work / "stepwise.jsonl")
     values = {**PRM_DEFAULTS, "seed": args.seed, **json.loads(args.prm)}
-    config = config_from_dict(
-        PRMConfig,
-        {**values, "data_path": str(path), "base_model": base, "output_dir": str(work / "prm"), "eval_fraction": 0.0},
+    config, summary, train_wall = train_judge(
+        PRMConfig, main, values, data["stepwise"], "stepwise.jsonl", base, work / "prm"
     )
-    started = time.perf_counter()
-    summary = main(config)
-    train_wall = time.perf_counter() - started
     started = time.perf_counter()
     prm = load_prm(config.output_dir, device=args.device)
     rows = stepwise_rows(evaluation)  # no noise: the labels are the oracle's
@@ -141,10 +154,7 @@ def run_prm(
     return {
         "config": values,
         "metrics": {name: value for name, value in metrics.items() if not name.startswith("oracle_")},
-        "samples_per_second": summary["samples_per_second"],
-        "train_seconds": summary["train_seconds"],
-        "train_wall_seconds": train_wall,
-        "eval_seconds": time.perf_counter() - started,
+        **timings(summary, train_wall, started),
         "train_trajectories": summary["train_trajectories"],
     }
 
@@ -152,18 +162,12 @@ def run_prm(
 def run_value(
     args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
 ) -> dict[str, Any]:
-    from reward_models.common.config import config_from_dict
     from reward_models.value import ValueConfig, discounted_returns, evaluate, load_value_critic, main
 
-    path = write_jsonl(data["returns"], work / "returns.jsonl")
     values = {**VALUE_DEFAULTS, "seed": args.seed, **json.loads(args.value)}
-    config = config_from_dict(
-        ValueConfig,
-        {**values, "data_path": str(path), "base_model": base, "output_dir": str(work / "value"), "eval_fraction": 0},
+    config, summary, train_wall = train_judge(
+        ValueConfig, main, values, data["returns"], "returns.jsonl", base, work / "value"
     )
-    started = time.perf_counter()
-    summary = main(config)
-    train_wall = time.perf_counter() - started
     started = time.perf_counter()
     critic = load_value_critic(config.output_dir, device=args.device)
     rows = returns_rows(evaluation)
@@ -176,9 +180,6 @@ def run_value(
     return {
         "config": values,
         "metrics": metrics,
-        "samples_per_second": summary["samples_per_second"],
-        "train_seconds": summary["train_seconds"],
-        "train_wall_seconds": train_wall,
-        "eval_seconds": time.perf_counter() - started,
+        **timings(summary, train_wall, started),
         "train_trajectories": summary["train_trajectories"],
     }

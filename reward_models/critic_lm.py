@@ -72,7 +72,7 @@ from reward_models.common.data import (
 )
 from reward_models.common.judge_config import JudgeConfig, with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
-from reward_models.common.runtime import resolve_precision, timed_training, trainer_precision_args
+from reward_models.common.runtime import judge_trainer_args, resolve_precision, timed_training
 from reward_models.critique_encoding import (
     Prompt,
     Tools,
@@ -329,25 +329,10 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
     resume = last_checkpoint(output_dir)
     args = SFTConfig(
         output_dir=str(checkpoint_dir(output_dir)),
-        seed=config.seed,
-        num_train_epochs=config.num_epochs,
-        max_steps=config.max_steps,
-        learning_rate=config.learning_rate,
-        per_device_train_batch_size=config.batch_size,
         per_device_eval_batch_size=config.batch_size,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        # TRL turns it on by default; `activation_checkpointing` is its name in transformers 5.
-        activation_checkpointing=config.gradient_checkpointing,
         completion_only_loss=True,
-        max_length=None,  # already fitted by fit_example
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=2,
-        logging_steps=config.logging_steps,
-        eval_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        **trainer_precision_args(precision),
+        # Rows are already fitted by fit_example; activation checkpointing follows the config (TRL's default is on).
+        **judge_trainer_args(config, precision, config.seed),
     )
     peft_config = None
     if config.use_lora:

@@ -179,66 +179,42 @@ def preference_columns(
     annotator_ids: list[int],
     label_ids: list[int],
     task_id: int,
-    chosen_trajectory_id: int,
-    rejected_trajectory_id: int,
-    tools: list | None = None,
-    tie: bool | None = None,
-) -> dict[str, Any]:
-    """The columns of a preference row after prompt, chosen and rejected. `tie` None leaves the ``tie`` column
-    out (an export with ``ties=drop``)."""
-    columns = {
-        "margin": margin,
-        "agreement": agreement,
-        "rationale": rationale,
-        "annotator_ids": annotator_ids,
-        "label_ids": label_ids,
-        "task_id": task_id,
-        "chosen_trajectory_id": chosen_trajectory_id,
-        "rejected_trajectory_id": rejected_trajectory_id,
-    }
-    # Spelled out rather than a helper's: this runs once for every row of the exports' busiest kinds.
-    if tools is not None:
-        columns["tools"] = tools
-    if tie is not None:
-        columns["tie"] = tie
-    return columns
-
-
-def step_preference_columns(
-    *,
-    margin: float,
-    agreement: float,
-    rationale: str,
-    annotator_ids: list[int],
-    label_ids: list[int],
-    source: str,
-    step_index: int,
-    task_id: int,
     chosen_trajectory_id: int | None,
     rejected_trajectory_id: int,
     tools: list | None = None,
     tie: bool | None = None,
+    source: str | None = None,
+    step_index: int | None = None,
 ) -> dict[str, Any]:
-    """The columns of a step_preference row after prompt, chosen and rejected: `source` is "intervention" or
-    "comparison", `step_index` the step where the continuations part."""
+    """The columns of a preference row after prompt, chosen and rejected. `tie` None leaves the ``tie`` column
+    out (an export with ``ties=drop``). A step_preference row (`step_preference_columns`) has the same columns,
+    with its `source` and `step_index` before ``task_id``; a preference row leaves both None."""
     columns = {
         "margin": margin,
         "agreement": agreement,
         "rationale": rationale,
         "annotator_ids": annotator_ids,
         "label_ids": label_ids,
-        "source": source,
-        "step_index": step_index,
-        "task_id": task_id,
-        "chosen_trajectory_id": chosen_trajectory_id,
-        "rejected_trajectory_id": rejected_trajectory_id,
     }
-    # Spelled out rather than a helper's: this runs once for every row of the exports' busiest kinds.
+    if source is not None:
+        columns["source"] = source
+        columns["step_index"] = step_index
+    columns["task_id"] = task_id
+    columns["chosen_trajectory_id"] = chosen_trajectory_id
+    columns["rejected_trajectory_id"] = rejected_trajectory_id
+    # Spelled out rather than `_with_tools`: this runs once for every row of the exports' busiest kinds.
     if tools is not None:
         columns["tools"] = tools
     if tie is not None:
         columns["tie"] = tie
     return columns
+
+
+def step_preference_columns(*, source: str, step_index: int, **columns: Any) -> dict[str, Any]:
+    """The columns of a step_preference row after prompt, chosen and rejected: `preference_columns`' (the same
+    keywords; ``chosen_trajectory_id`` None for an intervention), with `source` "intervention" or "comparison" and
+    `step_index` the step where the continuations part."""
+    return preference_columns(source=source, step_index=step_index, **columns)
 
 
 def stepwise_row(

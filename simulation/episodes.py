@@ -112,6 +112,27 @@ def scripted_episodes(
     return episodes
 
 
+def skilled_walk(env: GridWorld, task: dict[str, Any], rng: random.Random, skill: float) -> list[tuple]:
+    """A gridworld episode played as it goes, the way a player of some `skill` would: at each step the oracle's
+    best move with probability `skill`, else a uniformly random one, until the episode ends or the oracle has no
+    move left. One ``(index, observation, action, on_course, result)`` per step: the observation the step acted on,
+    whether the action was one of the oracle's best, and what `env.step` returned."""
+    oracle = env.oracle(task)
+    observation, actions, steps = env.reset(task), [], []
+    for index in range(env.max_steps):
+        best = oracle.best_actions(actions)
+        if not best:
+            break
+        action = best[0] if rng.random() < skill else rng.choice(ACTIONS)
+        result = env.step(action)
+        steps.append((index, observation, action, action in best, result))
+        actions.append(action)
+        observation = result.observation
+        if result.done:
+            break
+    return steps
+
+
 def pair_type(a: OracleEpisode, b: OracleEpisode) -> str:
     return PAIR_TYPES[2 - (a.success + b.success)]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from typing import Any
 
 from django.db.models import QuerySet
 
@@ -49,20 +50,27 @@ def comparison_verdicts(
                     yield a, b, verdict
 
 
-def comparison_judgement(verdict: Verdict) -> tuple[float, float, str, list[int], list[int]]:
-    """(margin, agreement, rationale, annotator_ids, label_ids) of a verdict. A tie asks for no gap, whatever its
-    strength."""
+def comparison_judgement(verdict: Verdict) -> dict[str, Any]:
+    """The columns a verdict gives its preference or step_preference row, by name: margin, agreement, rationale,
+    annotator_ids, label_ids. A tie asks for no gap, whatever its strength."""
     if len(verdict.considered) == 1:  # one label: nothing to average or merge
         vote = verdict.considered[0]
         margin = 0.0 if verdict.value == "tie" else MARGIN_BY_STRENGTH[vote.extra[0]]
-        return margin, verdict.agreement, vote.extra[1], [vote.annotator_id], [vote.label_id]
-    label_ids, annotator_ids = provenance(verdict)
-    if verdict.value == "tie":
-        margin = 0.0
+        rationale, annotator_ids, label_ids = vote.extra[1], [vote.annotator_id], [vote.label_id]
     else:
-        margin = sum(MARGIN_BY_STRENGTH[vote.extra[0]] for vote in verdict.supporting) / len(verdict.supporting)
-    rationale = "\n\n".join(vote.extra[1] for vote in verdict.supporting if vote.extra[1])
-    return margin, verdict.agreement, rationale, annotator_ids, label_ids
+        label_ids, annotator_ids = provenance(verdict)
+        if verdict.value == "tie":
+            margin = 0.0
+        else:
+            margin = sum(MARGIN_BY_STRENGTH[vote.extra[0]] for vote in verdict.supporting) / len(verdict.supporting)
+        rationale = "\n\n".join(vote.extra[1] for vote in verdict.supporting if vote.extra[1])
+    return {
+        "margin": margin,
+        "agreement": verdict.agreement,
+        "rationale": rationale,
+        "annotator_ids": annotator_ids,
+        "label_ids": label_ids,
+    }
 
 
 def preference_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
@@ -82,13 +90,10 @@ def preference_rows(project: Project, filters: ExportFilters) -> Iterator[Export
         # Same task, so normally the same prompt; if an imported pair starts from different observations, only the
         # messages both prompts begin with are shared.
         cut = chosen.shared_prompt(rejected)
-        margin, agreement, rationale, annotator_ids, label_ids = comparison_judgement(verdict)
+        judgement = comparison_judgement(verdict)
+        label_ids = judgement["label_ids"]
         columns = preference_columns(
-            margin=margin,
-            agreement=agreement,
-            rationale=rationale,
-            annotator_ids=annotator_ids,
-            label_ids=label_ids,
+            **judgement,
             task_id=chosen.task_id,
             chosen_trajectory_id=chosen.trajectory_id,
             rejected_trajectory_id=rejected.trajectory_id,

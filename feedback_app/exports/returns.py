@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 from feedback_app.exports.conversation import Conversation, fetch_conversations
 from feedback_app.exports.filters import ExportFilters
-from feedback_app.exports.rows import ExportRow, item_batches, tools_of
-from feedback_app.models import Project, Trajectory
+from feedback_app.exports.rows import ExportRow, item_batches, tools_of, trajectory_queryset
+from feedback_app.models import Project
 from reward_models.rows import returns_row, step_pieces
 
 
@@ -27,13 +27,7 @@ def returns_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow
     Rows are trajectories, not labels: `since`/`until` bound the trajectories' creation, `policy_versions` their
     version, `sources` their source; a trajectory without steps gives no row.
     """
-    trajectories = Trajectory.objects.filter(project=project)
-    if filters.since is not None:
-        trajectories = trajectories.filter(created_at__gte=filters.since)
-    if filters.until is not None:
-        trajectories = trajectories.filter(created_at__lte=filters.until)
-    if filters.policy_versions:
-        trajectories = trajectories.filter(policy_version_id__in=filters.policy_versions)
+    trajectories = trajectory_queryset(project, filters)
     if filters.sources:
         trajectories = trajectories.filter(source__in=filters.sources)
     rows = trajectories.order_by("id").values_list("id", "success", "external_id")

@@ -20,7 +20,7 @@ from django.db.models import Model, QuerySet
 from feedback_app.exports.aggregate import Verdict
 from feedback_app.exports.conversation import Conversation, with_conversations
 from feedback_app.exports.filters import ExportFilters, Style
-from feedback_app.models import Intervention, Project
+from feedback_app.models import Intervention, Project, Trajectory
 
 # Labels read per database round trip, and items (pairs, trajectories) per batch of conversations fetched.
 CHUNK_ROWS = 5000
@@ -64,6 +64,24 @@ class ExportRow:
         return self._values
 
 
+def created_between(rows: QuerySet, filters: ExportFilters) -> QuerySet:
+    """`rows` (labels or trajectories) created from `filters.since` to `filters.until`, either bound left open."""
+    if filters.since is not None:
+        rows = rows.filter(created_at__gte=filters.since)
+    if filters.until is not None:
+        rows = rows.filter(created_at__lte=filters.until)
+    return rows
+
+
+def trajectory_queryset(project: Project, filters: ExportFilters, **where: Any) -> QuerySet:
+    """The trajectories of `project` that `where` selects, created between the filters' dates and made by the
+    wanted policy versions: the kinds whose rows are trajectories, not labels, filter these."""
+    trajectories = created_between(Trajectory.objects.filter(project=project, **where), filters)
+    if filters.policy_versions:
+        trajectories = trajectories.filter(policy_version_id__in=filters.policy_versions)
+    return trajectories
+
+
 def label_queryset(
     model: type[Model], project: Project, filters: ExportFilters, trajectory_paths: Sequence[str], *, current=True
 ) -> QuerySet:
@@ -72,10 +90,7 @@ def label_queryset(
     labels = model.objects.filter(project=project)
     if current:
         labels = labels.filter(is_current=True)
-    if filters.since is not None:
-        labels = labels.filter(created_at__gte=filters.since)
-    if filters.until is not None:
-        labels = labels.filter(created_at__lte=filters.until)
+    labels = created_between(labels, filters)
     if filters.annotators:
         labels = labels.filter(annotator_id__in=filters.annotators)
     if filters.exclude_gold:

@@ -10,8 +10,9 @@ from feedback_app.exports.rows import (
     first_trajectories,
     intervention_batches,
     item_batches,
+    trajectory_queryset,
 )
-from feedback_app.models import Project, Trajectory
+from feedback_app.models import Project
 from feedback_app.models.trajectories import TrajectorySource
 from reward_models.rows import sft_row
 
@@ -28,13 +29,7 @@ def sft_rows(project: Project, filters: ExportFilters) -> Iterator[ExportRow]:
     yield from _intervention_demonstrations(project, filters)
     if filters.annotators or (filters.sources and TrajectorySource.HUMAN not in filters.sources):
         return
-    trajectories = Trajectory.objects.filter(project=project, source=TrajectorySource.HUMAN, parent__isnull=True)
-    if filters.since is not None:
-        trajectories = trajectories.filter(created_at__gte=filters.since)
-    if filters.until is not None:
-        trajectories = trajectories.filter(created_at__lte=filters.until)
-    if filters.policy_versions:
-        trajectories = trajectories.filter(policy_version_id__in=filters.policy_versions)
+    trajectories = trajectory_queryset(project, filters, source=TrajectorySource.HUMAN, parent__isnull=True)
     ids = trajectories.order_by("id").values_list("id")
     for batch, conversations in item_batches(ids, lambda row: row[0], first_trajectories(0)):
         for group in batch:

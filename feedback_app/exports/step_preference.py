@@ -76,13 +76,9 @@ def _branch_comparison_pairs(project: Project, filters: ExportFilters) -> Iterat
         step = shared_steps(chosen, rejected)
         if not step:  # None or 0: no shared step, so this is a whole-trajectory preference
             continue
-        margin, agreement, rationale, annotator_ids, label_ids = comparison_judgement(verdict)
+        judgement = comparison_judgement(verdict)
         columns = step_preference_columns(
-            margin=margin,
-            agreement=agreement,
-            rationale=rationale,
-            annotator_ids=annotator_ids,
-            label_ids=label_ids,
+            **judgement,
             source="comparison",
             step_index=step,
             task_id=chosen.task_id,
@@ -92,4 +88,4 @@ def _branch_comparison_pairs(project: Project, filters: ExportFilters) -> Iterat
             tie=verdict.value == "tie" if filters.ties == Ties.INCLUDE else None,
         )
         parts = split_pair(chosen.messages, rejected.messages, chosen.before_step(step), filters.style)
-        yield ExportRow(pair_row(*parts, columns), "comparison", label_ids)
+        yield ExportRow(pair_row(*parts, columns), "comparison", judgement["label_ids"])

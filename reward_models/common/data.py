@@ -1,5 +1,6 @@
 """Reading a Tandem export: its rows (JSONL or Parquet), a trainer's row check and the error that names the bad
-rows, the split by task into training and held-out rows, and a row's tools and transcript."""
+rows, the split by task into training and held-out rows (for comparisons, with their ties), and a row's tools and
+transcript."""
 
 from __future__ import annotations
 
@@ -73,6 +74,23 @@ def split_by_task(
     train = [row for name in names if name not in held_out for row in groups[name]]
     evaluation = [row for name in names if name in held_out for row in groups[name]]
     return train, evaluation
+
+
+def split_comparisons(
+    rows: Sequence[dict[str, Any]], config: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """(train, held out, ties dropped) of a judge's comparison rows: whole tasks held out by `split_by_task` on
+    `config.eval_fraction` and `config.seed`, and with ``config.ties == "drop"`` the tied pairs taken out of
+    training (held-out ties stay, for the tie figures). A ConfigError on ``data_path`` when no comparison is left
+    to train on."""
+    train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
+    dropped_ties = 0
+    if config.ties == "drop":
+        dropped_ties = sum(bool(row.get("tie")) for row in train_rows)
+        train_rows = [row for row in train_rows if not row.get("tie")]
+    if not train_rows:
+        raise ConfigError("data_path", "leaves no comparisons to train on after the held-out split and dropped ties")
+    return train_rows, eval_rows, dropped_ties
 
 
 def row_tools(row: Mapping[str, Any]) -> list[dict[str, Any]] | None:

@@ -31,6 +31,31 @@ def trainer_precision_args(precision: str) -> dict[str, Any]:
     return {"bf16": precision == "bf16", "fp16": precision == "fp16", "use_cpu": not torch.cuda.is_available()}
 
 
+def judge_trainer_args(config: Any, precision: str, seed: int) -> dict[str, Any]:
+    """The `TrainingArguments` fields a judge's transformers trainer (the reward model's, the generative critic's)
+    takes from its config alike: the schedule and batch size, activation checkpointing (its name in transformers
+    5), checkpoints every ``save_steps`` with the last two kept, no length cut (rows are cut to ``max_length``
+    before training), no evaluation, reports or progress bars (the reporter reports), and the precision."""
+    return {
+        "seed": seed,
+        "num_train_epochs": config.num_epochs,
+        "max_steps": config.max_steps,
+        "learning_rate": config.learning_rate,
+        "per_device_train_batch_size": config.batch_size,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        "activation_checkpointing": config.gradient_checkpointing,
+        "max_length": None,
+        "save_strategy": "steps",
+        "save_steps": config.save_steps,
+        "save_total_limit": 2,
+        "logging_steps": config.logging_steps,
+        "eval_strategy": "no",
+        "report_to": "none",
+        "disable_tqdm": True,
+        **trainer_precision_args(precision),
+    }
+
+
 def fresh_accelerator(precision: str) -> Any:
     """An `Accelerator` for a resolved precision, on the GPU when there is one.
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from reward_models.common.reporting import Reporter
 from reward_models.finetune.config import PolicyTrainConfig, environment_factory
+from reward_models.finetune.policy_model import playing_policy
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -31,7 +32,6 @@ def evaluate_policy(
     is 0. With `per_task`, also each task's success (`greedy_per_task`, `sampled_per_task`), for paired comparisons.
     Pass the unwrapped model (`accelerator.unwrap_model`). With a `reporter`, the finished episodes are its progress
     after every turn, in the phase "evaluating <whose>: greedy" (then sampled), so a cancel stops an evaluation too."""
-    from reward_models.policy.local import LocalCausalLMPolicy
     from reward_models.rollout import evaluate_success
 
     if not config.eval_tasks:
@@ -39,13 +39,7 @@ def evaluate_policy(
     factory = environment_factory(config)
     seeds = list(factory().eval_seeds())[: config.eval_tasks]
     padding_side = tokenizer.padding_side  # generation pads on the left; trainers may pad on the right
-    policy = LocalCausalLMPolicy.from_model(
-        model,
-        tokenizer,
-        history_window=settings["history_window"],
-        max_new_tokens=settings["max_new_tokens"],
-        batch_size=config.generation_batch_size,
-    )
+    policy = playing_policy(model, tokenizer, settings, config)
     try:
         greedy = evaluate_success(
             policy,

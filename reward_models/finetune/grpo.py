@@ -55,7 +55,7 @@ from reward_models.envs.base import message_action, prompt_messages, task_tools
 from reward_models.finetune.artifacts import finished_policy, save_trained_policy
 from reward_models.finetune.config import PolicyTrainConfig, environment_factory, train_seeds_tasks
 from reward_models.finetune.evaluation import evaluate_base, evaluate_policy, success_gain
-from reward_models.finetune.policy_model import load_policy_model
+from reward_models.finetune.policy_model import load_policy_model, playing_policy
 from reward_models.policy.turns import render_prompt
 
 KIND = "policy"
@@ -196,8 +196,6 @@ def first_step_accuracy(
 ) -> dict[str, float]:
     """On the held-out tasks: the share whose first decision is an optimal move by the environment's oracle, greedy
     and sampled; {} when the environment has no oracle or `eval_tasks` is 0."""
-    from reward_models.policy.local import LocalCausalLMPolicy
-
     if not config.eval_tasks:
         return {}
     env = environment_factory(config)()
@@ -207,13 +205,7 @@ def first_step_accuracy(
         return {}
     prompts = environment_prompts(config, tasks)
     padding_side = tokenizer.padding_side
-    policy = LocalCausalLMPolicy.from_model(
-        model,
-        tokenizer,
-        history_window=settings["history_window"],
-        max_new_tokens=settings["max_new_tokens"],
-        batch_size=config.generation_batch_size,
-    )
+    policy = playing_policy(model, tokenizer, settings, config)
     figures = {}
     try:
         for mode, greedy in (("greedy", True), ("sampled", False)):

@@ -86,7 +86,7 @@ from reward_models.finetune.nash_objectives import (
     reinforce_loss,
     win_rates,
 )
-from reward_models.finetune.policy_model import load_policy_model
+from reward_models.finetune.policy_model import load_policy_model, playing_policy
 from reward_models.finetune.turn_batches import episode_encodings, pad_turns, token_logprobs
 from reward_models.rollout import episode_messages
 
@@ -168,7 +168,6 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
     import torch
 
     from reward_models.finetune.preference_scoring import load_preference_model
-    from reward_models.policy.local import LocalCausalLMPolicy
 
     reporter = reporter or SilentReporter()
     finished = finished_policy(config, KIND, reporter)
@@ -219,13 +218,7 @@ def main(config: NashConfig, reporter: Reporter | None = None) -> dict[str, Any]
             break
         batch_tasks = tasks[step * per_step : (step + 1) * per_step]
         unwrapped = accelerator.unwrap_model(model)
-        sampler = LocalCausalLMPolicy.from_model(
-            unwrapped,
-            tokenizer,
-            history_window=settings["history_window"],
-            max_new_tokens=settings["max_new_tokens"],
-            batch_size=config.generation_batch_size,
-        )
+        sampler = playing_policy(unwrapped, tokenizer, settings, config)
         seed = config.seed * 1_000_003 + step
         progress = rollout_progress(reporter, step + 1, config.max_steps)
         figures: dict[str, float] = {}

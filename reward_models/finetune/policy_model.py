@@ -1,5 +1,6 @@
 """Loading a policy directory to train or to keep frozen as a reference: the model (optionally with LoRA
-adapters), its tokenizer and its saved settings, and switching dropout off for online RL.
+adapters), its tokenizer and its saved settings, the model under training as a policy that plays episodes, and
+switching dropout off for online RL.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from reward_models.policy.model import read_policy_settings
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from reward_models.policy.local import LocalCausalLMPolicy
 
 
 @dataclass
@@ -67,6 +70,24 @@ def load_policy_model(
     if not trainable:
         model.eval().requires_grad_(False)
     return PolicyModel(model, tokenizer, read_policy_settings(path))
+
+
+def playing_policy(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: dict[str, Any], config: Any, **options: Any
+) -> LocalCausalLMPolicy:
+    """`model` (unwrapped) as the policy that plays episodes for a training run or its evaluation: the directory's
+    saved history window and turn length, `config.generation_batch_size` episodes' turns generated at a time, and
+    any other `LocalCausalLMPolicy.from_model` `options`."""
+    from reward_models.policy.local import LocalCausalLMPolicy
+
+    return LocalCausalLMPolicy.from_model(
+        model,
+        tokenizer,
+        history_window=settings["history_window"],
+        max_new_tokens=settings["max_new_tokens"],
+        batch_size=config.generation_batch_size,
+        **options,
+    )
 
 
 def disable_dropout(model: torch.nn.Module) -> None:

@@ -24,6 +24,7 @@ from reward_models.finetune.loops import (
     save_loop_checkpoint,
     shared_rollout,
 )
+from reward_models.finetune.policy_model import playing_policy
 from reward_models.finetune.ppo_config import ROLLOUT_SEEDS, SELECTION_SEEDS, PPOConfig
 from reward_models.finetune.ppo_rewards import (
     CriticWindow,
@@ -86,15 +87,8 @@ class PPORun:
         return self.accelerator.unwrap_model(self.model)
 
     def local_policy(self) -> LocalCausalLMPolicy:
-        from reward_models.policy.local import LocalCausalLMPolicy
-
-        return LocalCausalLMPolicy.from_model(
-            self.policy,
-            self.tokenizer,
-            history_window=self.settings["history_window"],
-            max_new_tokens=self.settings["max_new_tokens"],
-            batch_size=self.config.generation_batch_size,
-            max_prompt_tokens=self.config.max_prompt_tokens,
+        return playing_policy(
+            self.policy, self.tokenizer, self.settings, self.config, max_prompt_tokens=self.config.max_prompt_tokens
         )
 
     def rollouts(self, iteration: int) -> list[Episode]:

@@ -56,8 +56,8 @@ from reward_models.common.artifacts import (
     write_manifest,
 )
 from reward_models.common.cli import cli
-from reward_models.common.config import ConfigError, require
-from reward_models.common.data import bad_rows, checked_rows, row_tools, split_by_task
+from reward_models.common.config import require
+from reward_models.common.data import bad_rows, checked_rows, row_tools, split_comparisons
 from reward_models.common.judge_config import JudgeConfig, with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter
 from reward_models.common.runtime import fresh_accelerator, resolve_precision
@@ -179,13 +179,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     local = with_local_base(config)  # a hub id read from the local cache
     rows = checked_rows(config, row_problems)
     style = rows_style(rows)
-    train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
-    dropped_ties = 0
-    if config.ties == "drop":
-        dropped_ties = sum(bool(row.get("tie")) for row in train_rows)
-        train_rows = [row for row in train_rows if not row.get("tie")]
-    if not train_rows:
-        raise ConfigError("data_path", "leaves no comparisons to train on after the held-out split and dropped ties")
+    train_rows, eval_rows, dropped_ties = split_comparisons(rows, config)
 
     tokenizer = load_tokenizer(local.base_model)
 

@@ -20,11 +20,10 @@ from reward_models.common.artifacts import (
     trained_model,
     write_manifest,
 )
-from reward_models.common.config import ConfigError
-from reward_models.common.data import bad_rows, checked_rows, row_tools, split_by_task
+from reward_models.common.data import bad_rows, checked_rows, row_tools, split_comparisons
 from reward_models.common.judge_config import with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
-from reward_models.common.runtime import resolve_precision, timed_training, trainer_precision_args
+from reward_models.common.runtime import judge_trainer_args, resolve_precision, timed_training
 from reward_models.reward.config import (
     CENTRING_SAMPLE,
     CHECKPOINT_OWNER_FILE,
@@ -161,22 +160,7 @@ def _train_member(
     args = TRLRewardConfig(
         output_dir=str(checkpoints),
         model_init_kwargs=model_init_kwargs,
-        seed=seed,
-        num_train_epochs=config.num_epochs,
-        max_steps=config.max_steps,
-        learning_rate=config.learning_rate,
-        per_device_train_batch_size=config.batch_size,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        activation_checkpointing=config.gradient_checkpointing,  # its name in transformers 5
-        max_length=None,  # already cut to max_length by fit_length
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=2,
-        logging_steps=config.logging_steps,
-        eval_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        **trainer_precision_args(precision),
+        **judge_trainer_args(config, precision, seed),  # rows already cut to max_length by fit_length
     )
     member_reporter = (
         reporter if config.ensemble_size == 1 else _MemberReporter(reporter, member, config.ensemble_size)
@@ -243,13 +227,7 @@ def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, An
     rows = checked_rows(config, row_problems)
     style = rows_style(rows)
     rows = [row_in_layout(row, config.layout) for row in rows]
-    train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
-    dropped_ties = 0
-    if config.ties == "drop":
-        dropped_ties = sum(bool(row.get("tie")) for row in train_rows)
-        train_rows = [row for row in train_rows if not row.get("tie")]
-    if not train_rows:
-        raise ConfigError("data_path", "leaves no comparisons to train on after the held-out split and dropped ties")
+    train_rows, eval_rows, dropped_ties = split_comparisons(rows, config)
     from accelerate import PartialState
 
     tokenizer = load_tokenizer(local.base_model)

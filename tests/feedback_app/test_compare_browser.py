@@ -11,7 +11,8 @@ import pytest
 from feedback_app import labelling, queue
 from feedback_app.models import Assignment, Comparison, Step, Trajectory
 from feedback_app.models.queue import AssignmentStatus
-from reward_models.envs.gridworld import ACTIONS, GridWorld
+from reward_models.envs.gridworld import GridWorld
+from simulation.episodes import skilled_walk
 from tests.trajectories import save_steps
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -19,29 +20,16 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def gridworld_trajectory(project, task, policy, *, skill: float, seed: int) -> Trajectory:
     """A stored gridworld episode: the oracle's best move with probability `skill`, else a random one."""
-    env, rng = GridWorld(), random.Random(seed)
+    env = GridWorld()
     spec = env.make_task(task.seed)
-    oracle = env.oracle(spec)
-    observation, actions, steps = env.reset(spec), [], []
-    for index in range(env.max_steps):
-        best = oracle.best_actions(actions)
-        if not best:
-            break
-        action = best[0] if rng.random() < skill else rng.choice(ACTIONS)
-        result = env.step(action)
-        reasoning = "the goal is that way" if action in best else "try another way"
-        steps.append((index, observation, reasoning, action, result))
-        actions.append(action)
-        observation = result.observation
-        if result.done:
-            break
+    steps = skilled_walk(env, spec, random.Random(seed), skill)
     trajectory = Trajectory.objects.create(
         project=project,
         task=task,
         policy_version=policy,
         source="import",
         num_steps=len(steps),
-        success=oracle.success(actions),
+        success=env.oracle(spec).success([action for _, _, action, _, _ in steps]),
     )
     save_steps(
         trajectory,
@@ -49,13 +37,13 @@ def gridworld_trajectory(project, task, policy, *, skill: float, seed: int) -> T
             Step(
                 index=index,
                 observation=obs,
-                reasoning=reasoning,
+                reasoning="the goal is that way" if on_course else "try another way",
                 action=action,
                 env_reward=result.reward,
                 done=result.done,
                 render=env.render(obs),
             )
-            for index, obs, reasoning, action, result in steps
+            for index, obs, action, on_course, result in steps
         ],
     )
     return trajectory

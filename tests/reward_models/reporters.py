@@ -1,7 +1,14 @@
 """A reporter for pipeline tests: it keeps what a pipeline reports and can raise from `progress`, as Tandem's run
-reporter raises `RunCancelled` when a run is cancelled."""
+reporter raises `RunCancelled` when a run is cancelled; and the cancel-then-resume and finished-directory checks
+every training pipeline's tests make with it."""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 
 class RunCancelled(Exception):
@@ -42,3 +49,25 @@ class RecordingReporter:
 
     def series(self, name: str) -> list[float]:
         return [values[name] for values in self.metrics if name in values]
+
+
+def resumed_after_cancel(
+    main: Callable[..., dict[str, Any]], config: Any, raise_at: int
+) -> tuple[dict[str, Any], RecordingReporter]:
+    """Runs the pipeline `main` on `config` until a cancel at training step `raise_at` (checking that it stops
+    there), then again on the same directory: that second run's summary and reporter."""
+    with pytest.raises(RunCancelled):
+        main(config, RecordingReporter(raise_at=raise_at))
+    reporter = RecordingReporter()
+    return main(config, reporter), reporter
+
+
+def assert_finished_returns_summary(
+    main: Callable[..., dict[str, Any]], config: Any, summary: dict[str, Any]
+) -> RecordingReporter:
+    """Runs `main` on the finished directory of `config` and checks that it returns the stored `summary` (as JSON
+    keeps it) without training a step; returns that run's reporter."""
+    again = RecordingReporter()
+    assert main(config, again) == json.loads(json.dumps(summary))
+    assert again.steps == []
+    return again

@@ -44,6 +44,8 @@ TOOLS: list[dict[str, Any]] = [
 # What the chat template writes into the system turn when it is given TOOLS.
 TOOLS_BLOCK = "# Tools\nsearch(query)\nadd(item_id, quantity)"
 SYSTEM = "You are a shop assistant."
+# A policy run's settings that put it on `ToolCounter` (whose constructor takes no settings).
+RUN_ENVIRONMENT = {"environment": "tests.reward_models.tool_chat.ToolCounter", "environment_config": {}}
 
 
 def field_call(name: str, arguments: dict[str, Any], call_id: str = "call_0") -> dict[str, Any]:

@@ -29,13 +29,13 @@ from simulation.episodes import scripted_episodes
 from simulation.oracle_data import intervention_step_preference_rows, preference_rows, write_jsonl
 from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import RecordingReporter, RunCancelled
+from tests.reward_models.finetune.gradients import assert_gradient_on_completions, assert_prompts_show_observations
+from tests.reward_models.reporters import RecordingReporter, RunCancelled, assert_finished_returns_summary
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
 TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1}
 ROOT = Path(__file__).resolve().parents[3]
 GRID = GridWorld(**SMALL_GRID)
-TOOL_ENVIRONMENT = "tests.reward_models.tool_chat.ToolCounter"
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +79,27 @@ def make_config(policy: Path, data: Path, output_dir: Path, **overrides) -> DPOC
     return config_from_dict(DPOConfig, values)
 
 
+def tool_config(policy: Path, data: Path, output_dir: Path, **overrides) -> DPOConfig:
+    """A two-step run in batches of two on the tool-calling test environment (`tool_chat.ToolCounter`)."""
+    return make_config(policy, data, output_dir, **tool_chat.RUN_ENVIRONMENT, max_steps=2, batch_size=2, **overrides)
+
+
 def chosen_margins(policy: Path, pairs: list[PreferencePair]) -> torch.Tensor:
     """log p(chosen) - log p(rejected) of each pair under the policy in `policy`."""
     loaded = load_policy_model(policy)
     with torch.no_grad():
         chosen, _, rejected = sequence_logprobs(loaded.model, pairs, loaded.tokenizer.pad_token_id, 1024)
     return chosen - rejected
+
+
+def margins_before_and_after(
+    policy: Path, run: Path, rows_path: Path, level: str
+) -> tuple[list[dict], list[PreferencePair], torch.Tensor, torch.Tensor]:
+    """The rows of `rows_path`, their pairs at `level`, and the pairs' `chosen_margins` under the policy in `policy`
+    and under the one the run in `run` trained from it."""
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    pairs = preference_pairs(rows, load_policy_model(policy).tokenizer, 0, level, GRID)
+    return rows, pairs, chosen_margins(policy, pairs), chosen_margins(run, pairs)
 
 
 def test_a_step_pair_is_the_prompt_the_policy_saw_and_the_step_it_writes(windowed_policy, episodes):
@@ -109,16 +124,7 @@ def test_step_dpo_on_tool_calls_prompts_with_the_tools_and_trains_the_assistant_
     rows = tool_chat.step_preference_rows()
     data = write_jsonl(rows, tmp_path / "steps.jsonl")
     # The corrections raise the quantity one by one, a chain with no cycle: balancing would keep none of them.
-    config = make_config(
-        tool_policy_dir,
-        data,
-        tmp_path / "run",
-        environment=TOOL_ENVIRONMENT,
-        environment_config={},
-        max_steps=2,
-        batch_size=2,
-        balance="none",
-    )
+    config = tool_config(tool_policy_dir, data, tmp_path / "run", balance="none")
     loaded = load_policy_model(tool_policy_dir)
     tokenizer = loaded.tokenizer
     pairs = preference_pairs(rows, tokenizer, None, "step", GridWorld())
@@ -149,16 +155,7 @@ def test_trajectory_dpo_on_tool_calls_scores_every_assistant_turn_and_no_tool_re
     ]
     assert trained == tool_chat.assistant_spans(tokenizer, whole)
     assert all(tool_chat.TOOLS_BLOCK in tokenizer.decode(turn.prompt_ids) for turn in pair.chosen)
-    config = make_config(
-        tool_policy_dir,
-        data,
-        tmp_path / "run",
-        environment=TOOL_ENVIRONMENT,
-        environment_config={},
-        level="trajectory",
-        max_steps=2,
-        batch_size=2,
-    )
+    config = tool_config(tool_policy_dir, data, tmp_path / "run", level="trajectory")
     assert main(config, RecordingReporter())["steps"] == 2
 
 
@@ -180,17 +177,11 @@ def test_observation_positions_get_no_gradient_in_the_step_level_dpo_loss(tiny_p
     handle = loaded.model.model.norm.register_forward_hook(keep)
     trainer.compute_loss(trainer.model, inputs).backward()
     handle.remove()
-    gradient = captured["hidden"].grad.abs().sum(dim=-1)
     mask = inputs["completion_mask"]
-    predicts_completion = torch.zeros_like(mask, dtype=torch.bool)
-    predicts_completion[:, :-1] = mask[:, 1:].bool()
-    assert (gradient[predicts_completion] > 0).all()
-    assert (gradient[~predicts_completion] == 0).all()
+    assert_gradient_on_completions(captured["hidden"].grad.abs().sum(dim=-1), mask)
     # Rows are [chosen..., rejected...]; the completion is exactly each side's step, the rest is the prompt.
-    observation_ids = set(loaded.tokenizer(". # A |", add_special_tokens=False)["input_ids"])
-    for row, pair in zip(inputs["input_ids"], [*pairs, *pairs], strict=True):
-        prompt = row[: len(pair.chosen[0].prompt_ids)].tolist()
-        assert prompt == pair.chosen[0].prompt_ids and observation_ids & set(prompt)
+    prompts = [pair.chosen[0].prompt_ids for pair in [*pairs, *pairs]]
+    assert_prompts_show_observations(loaded.tokenizer, inputs["input_ids"], prompts)
     assert mask.sum().item() == sum(len(p.chosen[0].completion_ids) + len(p.rejected[0].completion_ids) for p in pairs)
 
 
@@ -200,10 +191,9 @@ def test_step_level_dpo_raises_the_chosen_steps_over_the_rejected_ones(tiny_poli
         tiny_policy_dir, one_sided_rows_path, tmp_path / "run", max_steps=12, eval_tasks=4, balance="none"
     )
     summary = main(config, reporter)
-    loaded = load_policy_model(tiny_policy_dir)
-    rows = [json.loads(line) for line in one_sided_rows_path.read_text().splitlines()]
-    pairs = preference_pairs(rows, loaded.tokenizer, 0, "step", GRID)
-    before, after = chosen_margins(tiny_policy_dir, pairs), chosen_margins(tmp_path / "run", pairs)
+    rows, pairs, before, after = margins_before_and_after(
+        tiny_policy_dir, tmp_path / "run", one_sided_rows_path, "step"
+    )
     assert after.mean() > before.mean() + 1.0
     assert (after > before).float().mean() > 0.8
     assert reporter.steps == [(step, 12) for step in range(1, 13)]
@@ -270,10 +260,7 @@ def test_observation_positions_get_no_gradient_in_the_trajectory_loss(tiny_polic
     handle.remove()
     turns = [turn for pair in pairs for turn in pair.chosen] + [turn for pair in pairs for turn in pair.rejected]
     batch = pad_turns(turns, loaded.tokenizer.pad_token_id)
-    predicts_completion = torch.zeros_like(batch.completion_mask, dtype=torch.bool)
-    predicts_completion[:, :-1] = batch.completion_mask[:, 1:].bool()
-    gradient = captured[0].grad.abs().sum(dim=-1)
-    assert (gradient[predicts_completion] > 0).all() and (gradient[~predicts_completion] == 0).all()
+    assert_gradient_on_completions(captured[0].grad.abs().sum(dim=-1), batch.completion_mask)
 
 
 def test_trajectory_dpo_raises_the_preferred_trajectories(tiny_policy_dir, trajectory_rows_path, tmp_path):
@@ -288,10 +275,9 @@ def test_trajectory_dpo_raises_the_preferred_trajectories(tiny_policy_dir, traje
         num_epochs=10,
     )
     summary = main(config, reporter)
-    loaded = load_policy_model(tiny_policy_dir)
-    rows = [json.loads(line) for line in trajectory_rows_path.read_text().splitlines()]
-    pairs = preference_pairs(rows, loaded.tokenizer, 0, "trajectory", GRID)
-    before, after = chosen_margins(tiny_policy_dir, pairs), chosen_margins(tmp_path / "run", pairs)
+    rows, _, before, after = margins_before_and_after(
+        tiny_policy_dir, tmp_path / "run", trajectory_rows_path, "trajectory"
+    )
     assert after.mean() > before.mean() + 1.0
     assert reporter.steps == [(step, 10) for step in range(1, 11)]
     accuracies = reporter.series("rewards_accuracies")
@@ -333,9 +319,8 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_a_finished_one_returns_
     assert [step for step, _ in reporter.steps] == [3, 4, 5]
     assert summary["steps"] == 5 and not (tmp_path / "run" / "checkpoints").exists()
 
-    again = RecordingReporter()
-    assert main(config, again) == json.loads(json.dumps(summary))
-    assert again.steps == [] and any("already holds" in line for line in again.lines)
+    again = assert_finished_returns_summary(main, config, summary)
+    assert any("already holds" in line for line in again.lines)
 
 
 def test_rows_that_are_not_conversational_pairs_are_refused_naming_the_data(tiny_policy_dir, tmp_path, episodes):

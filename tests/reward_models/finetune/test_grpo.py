@@ -28,7 +28,8 @@ from reward_models.finetune.grpo import (
 from reward_models.policy.turns import parse_decision
 from simulation.oracle_data import write_jsonl
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import RecordingReporter, RunCancelled
+from tests.reward_models.finetune.judges import trained_judge
+from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
 TINY = {
     "prompts_per_step": 2,
@@ -45,19 +46,10 @@ def reward_model_dir(tiny_base_model, tmp_path_factory) -> Path:
     from reward_models.reward.config import RewardConfig
     from reward_models.reward.train import main as train_reward
 
+    rows = first_step_preference_rows(40)
     work = tmp_path_factory.mktemp("grpo-rm")
-    config = RewardConfig(
-        data_path=str(write_jsonl(first_step_preference_rows(40), work / "preference.jsonl")),
-        base_model=str(tiny_base_model),
-        output_dir=str(work / "rm"),
-        max_steps=10,
-        batch_size=8,
-        learning_rate=5e-3,
-        eval_fraction=0.0,
-        save_steps=1000,
-    )
-    train_reward(config)
-    return Path(config.output_dir)
+    settings = {"max_steps": 10, "batch_size": 8, "learning_rate": 5e-3, "save_steps": 1000}
+    return trained_judge(train_reward, RewardConfig, rows, work, "rm", tiny_base_model, **settings)
 
 
 def make_config(policy_dir, reward_model_dir, output_dir, **overrides) -> GRPOConfig:
@@ -142,8 +134,7 @@ def test_grpo_prompts_reach_trl_rendered_with_their_own_tools(tool_policy_dir, t
         rm,
         tmp_path / "run",
         data_path=str(data),
-        environment="tests.reward_models.tool_chat.ToolCounter",
-        environment_config={},
+        **tool_chat.RUN_ENVIRONMENT,
         max_steps=1,
         eval_tasks=2,
     )
@@ -189,15 +180,10 @@ def test_rloo_runs_through_trls_rloo_trainer(policy_dir, reward_model_dir, tmp_p
 
 def test_a_cancelled_run_resumes_from_trls_checkpoint(policy_dir, reward_model_dir, tmp_path):
     config = make_config(policy_dir, reward_model_dir, tmp_path / "run", max_steps=3, save_steps=1, eval_tasks=2)
-    with pytest.raises(RunCancelled):
-        main(config, RecordingReporter(raise_at=2))
-    reporter = RecordingReporter()
-    summary = main(config, reporter)
+    summary, _ = resumed_after_cancel(main, config, raise_at=2)
     assert summary["resumed_from"].endswith("checkpoint-1")
     assert summary["steps"] == 3 and summary["steps_this_run"] == 2
-    again = RecordingReporter()
-    assert main(config, again) == json.loads(json.dumps(summary))
-    assert again.steps == []
+    assert_finished_returns_summary(main, config, summary)
 
 
 def test_bad_settings_name_the_field(policy_dir, tmp_path):

@@ -20,7 +20,8 @@ from reward_models.policy.turns import TurnEncoding, format_decision, parse_deci
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import unpaired_rows, write_jsonl
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import RecordingReporter, RunCancelled
+from tests.reward_models.finetune.gradients import assert_gradient_on_completions, assert_prompts_show_observations
+from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
 TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1}
@@ -102,18 +103,10 @@ def test_observation_positions_get_no_gradient_in_the_kto_loss(tiny_policy_dir, 
     handle = loaded.model.model.norm.register_forward_hook(keep)
     trainer.compute_loss(trainer.model, inputs).backward()
     handle.remove()
-    # The final hidden state at position t feeds only the prediction of token t + 1.
     [hidden] = captured
-    gradient = hidden.grad.abs().sum(dim=-1)
-    mask = inputs["completion_mask"]
-    predicts_completion = torch.zeros_like(mask, dtype=torch.bool)
-    predicts_completion[:, :-1] = mask[:, 1:].bool()
-    assert (gradient[predicts_completion] > 0).all()
-    assert (gradient[~predicts_completion] == 0).all()
-    observation_ids = set(loaded.tokenizer(". # A |", add_special_tokens=False)["input_ids"])
-    for row, example in zip(inputs["input_ids"], examples, strict=True):
-        prompt = row[: len(example["prompt_ids"])].tolist()
-        assert prompt == example["prompt_ids"] and observation_ids & set(prompt)
+    assert_gradient_on_completions(hidden.grad.abs().sum(dim=-1), inputs["completion_mask"])
+    prompts = [example["prompt_ids"] for example in examples]
+    assert_prompts_show_observations(loaded.tokenizer, inputs["input_ids"], prompts)
 
 
 def _turn_logps(policy: Path, data: Path, label: bool) -> float:
@@ -153,14 +146,10 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_a_finished_one_returns_
     config = make_config(
         tiny_policy_dir, rows_path, tmp_path / "run", max_steps=5, save_steps=2, precompute_ref_log_probs=True
     )
-    with pytest.raises(RunCancelled):
-        main(config, RecordingReporter(raise_at=3))
-    reporter = RecordingReporter()
-    summary = main(config, reporter)
+    summary, reporter = resumed_after_cancel(main, config, raise_at=3)
     assert summary["resumed_from"].endswith("checkpoint-2")
     assert [step for step, _ in reporter.steps] == [3, 4, 5]
-    again = RecordingReporter()
-    assert main(config, again) == json.loads(json.dumps(summary)) and again.steps == []
+    assert_finished_returns_summary(main, config, summary)
 
 
 def test_ratings_of_one_kind_only_are_refused_naming_the_data(tiny_policy_dir, rows, tmp_path):
@@ -220,8 +209,7 @@ def test_kto_on_tool_calls_prompts_with_the_tools_and_rates_the_assistant_turns_
         tool_policy_dir,
         data,
         tmp_path / "run",
-        environment="tests.reward_models.tool_chat.ToolCounter",
-        environment_config={},
+        **tool_chat.RUN_ENVIRONMENT,
         max_steps=2,
         batch_size=4,
     )

@@ -26,9 +26,10 @@ from reward_models.policy.local import LocalCausalLMPolicy
 from reward_models.policy.model import save_policy
 from reward_models.rollout import rollout
 from simulation.episodes import scripted_episodes
-from simulation.oracle_data import preference_rows, write_jsonl
+from simulation.oracle_data import preference_rows
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import RecordingReporter, RunCancelled
+from tests.reward_models.finetune.judges import trained_judge
+from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
 # Small runs: 3 tasks per iteration, 4 held-out tasks before and after.
 TINY = {"batch_size": 3, "eval_tasks": 4, "learning_rate": 1e-3, "save_steps": 1000, "logging_steps": 1}
@@ -40,18 +41,8 @@ def preference_model_dir(tiny_base_model, tmp_path_factory) -> Path:
     """A preference model on the default 7x7 grid's comparisons, in the `decisions` layout (short sequences)."""
     work = tmp_path_factory.mktemp("nash-pm")
     rows = preference_rows(scripted_episodes(12, per_task=3, seed=0))
-    config = PreferenceModelConfig(
-        data_path=str(write_jsonl(rows, work / "preference.jsonl")),
-        base_model=str(tiny_base_model),
-        output_dir=str(work / "pm"),
-        layout="decisions",
-        max_steps=8,
-        batch_size=8,
-        learning_rate=5e-3,
-        eval_fraction=0.0,
-    )
-    train_preference_model(config)
-    return Path(config.output_dir)
+    settings = {"layout": "decisions", "max_steps": 8, "batch_size": 8, "learning_rate": 5e-3}
+    return trained_judge(train_preference_model, PreferenceModelConfig, rows, work, "pm", tiny_base_model, **settings)
 
 
 def make_config(policy_dir, preference_model_dir, output_dir, **overrides) -> NashConfig:
@@ -324,16 +315,11 @@ def test_a_cancelled_run_resumes_from_its_last_checkpoint_and_a_finished_one_ret
     policy_dir, preference_model_dir, tmp_path
 ):
     config = make_config(policy_dir, preference_model_dir, tmp_path / "run", max_steps=3, save_steps=1)
-    with pytest.raises(RunCancelled):
-        main(config, RecordingReporter(raise_at=2))
-    reporter = RecordingReporter()
-    summary = main(config, reporter)
+    summary, reporter = resumed_after_cancel(main, config, raise_at=2)
     assert summary["resumed_from"].endswith("step-2")
     assert [current for current, _ in reporter.steps] == [2, 3]  # only the third iteration ran again
     assert [entry["step"] for entry in summary["history"]] == [1, 2, 3]
-    again = RecordingReporter()
-    assert main(config, again) == json.loads(json.dumps(summary))
-    assert again.steps == []
+    assert_finished_returns_summary(main, config, summary)
 
 
 def test_bad_settings_name_the_field(policy_dir, preference_model_dir, tmp_path):
@@ -390,16 +376,10 @@ def test_command_line_help_and_a_tiny_run(policy_dir, preference_model_dir, tmp_
 def tool_preference_model_dir(tool_policy_dir, tmp_path_factory) -> Path:
     """A preference model on tool-calling trajectories, read through the chat template with their tools."""
     work = tmp_path_factory.mktemp("tool-pm")
-    config = PreferenceModelConfig(
-        data_path=str(write_jsonl(tool_chat.preference_rows(), work / "preference.jsonl")),
-        base_model=str(tool_policy_dir),
-        output_dir=str(work / "pm"),
-        max_steps=2,
-        batch_size=4,
-        eval_fraction=0.0,
+    rows = tool_chat.preference_rows()
+    return trained_judge(
+        train_preference_model, PreferenceModelConfig, rows, work, "pm", tool_policy_dir, max_steps=2, batch_size=4
     )
-    train_preference_model(config)
-    return Path(config.output_dir)
 
 
 @pytest.mark.parametrize("method", ["nash_md", "spo"])
@@ -422,8 +402,7 @@ def test_nash_and_spo_on_tool_calls_judge_the_preference_layout_with_the_tools(
         tool_preference_model_dir,
         tmp_path / "run",
         method=method,
-        environment="tests.reward_models.tool_chat.ToolCounter",
-        environment_config={},
+        **tool_chat.RUN_ENVIRONMENT,
         max_steps=1,
         batch_size=2,
         samples_per_task=2,

@@ -22,9 +22,10 @@ from reward_models.finetune.ppo_rewards import (
 from reward_models.rollout import episode_messages
 from reward_models.value import load_value_critic
 from simulation.episodes import scripted_episodes
-from simulation.oracle_data import build_tiny_base, preference_rows, stepwise_rows, write_jsonl
+from simulation.oracle_data import build_tiny_base, preference_rows, stepwise_rows
 from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
+from tests.reward_models.finetune.judges import trained_judge
 from tests.reward_models.finetune.ppo_episodes import EPISODE, EPISODE_OBSERVATIONS, EPISODE_TEXTS, grid_episode
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
@@ -56,26 +57,15 @@ def judges(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("ppo-judges")
     base = build_tiny_base(folder / "base")
     episodes = scripted_episodes(30, per_task=3, seed=0, env_config=SMALL_GRID)
-    fast = {"batch_size": 8, "learning_rate": 5e-3, "logging_steps": 5, "save_steps": 1000, "eval_fraction": 0.0}
-    train_reward_model(
-        RewardConfig(
-            data_path=str(write_jsonl(preference_rows(episodes), folder / "preference.jsonl")),
-            base_model=str(base),
-            output_dir=str(folder / "rm"),
-            max_steps=20,
-            **fast,
-        )
-    )
-    train_prm(
-        PRMConfig(
-            data_path=str(write_jsonl(stepwise_rows(episodes), folder / "stepwise.jsonl")),
-            base_model=str(base),
-            output_dir=str(folder / "prm"),
-            max_steps=20,
-            **{**fast, "max_length": 512},
-        )
-    )
-    return {"reward_model_path": folder / "rm", "prm_path": folder / "prm"}
+    fast = {"batch_size": 8, "learning_rate": 5e-3, "logging_steps": 5, "save_steps": 1000, "max_steps": 20}
+    return {
+        "reward_model_path": trained_judge(
+            train_reward_model, RewardConfig, preference_rows(episodes), folder, "rm", base, **fast
+        ),
+        "prm_path": trained_judge(
+            train_prm, PRMConfig, stepwise_rows(episodes), folder, "prm", base, max_length=512, **fast
+        ),
+    }
 
 
 def make_config(policy: Path, output_dir: Path, judges: dict[str, Path] | None = None, **overrides) -> PPOConfig:
@@ -362,24 +352,19 @@ def test_ppo_on_tool_calls_renders_the_tools_scores_the_generated_tokens_and_jud
     from reward_models.reward.config import RewardConfig
     from reward_models.reward.train import main as train_reward_model
 
-    fast = {
-        "batch_size": 4,
-        "max_steps": 2,
-        "save_steps": 1000,
-        "eval_fraction": 0.0,
-        "base_model": str(tool_policy_dir),
+    fast = {"batch_size": 4, "max_steps": 2, "save_steps": 1000}
+    pairs, steps = tool_chat.preference_rows(), tool_chat.stepwise_rows()
+    judges = {
+        "reward_model_path": trained_judge(
+            train_reward_model, RewardConfig, pairs, tmp_path, "rm", tool_policy_dir, **fast
+        ),
+        "prm_path": trained_judge(train_prm, PRMConfig, steps, tmp_path, "prm", tool_policy_dir, **fast),
     }
-    pairs = write_jsonl(tool_chat.preference_rows(), tmp_path / "preference.jsonl")
-    train_reward_model(RewardConfig(data_path=str(pairs), output_dir=str(tmp_path / "rm"), **fast))
-    steps = write_jsonl(tool_chat.stepwise_rows(), tmp_path / "stepwise.jsonl")
-    train_prm(PRMConfig(data_path=str(steps), output_dir=str(tmp_path / "prm"), **fast))
-    judges = {"reward_model_path": tmp_path / "rm", "prm_path": tmp_path / "prm"}
     config = make_config(
         tool_policy_dir,
         tmp_path / "run",
         judges,
-        environment="tests.reward_models.tool_chat.ToolCounter",
-        environment_config={},
+        **tool_chat.RUN_ENVIRONMENT,
         rollouts_per_step=4,
         eval_tasks=2,
         selection_tasks=0,

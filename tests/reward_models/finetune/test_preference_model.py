@@ -27,7 +27,7 @@ from simulation.episodes import scripted_episodes
 from simulation.oracle_data import preference_rows, write_jsonl
 from tests.launch import launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import RecordingReporter, RunCancelled
+from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
 FAST = {"batch_size": 8, "learning_rate": 5e-3, "logging_steps": 1, "save_steps": 1000}
@@ -207,16 +207,10 @@ def test_a_bradley_terry_reward_model_directory_loads_behind_the_same_interface(
 
 def test_a_cancelled_run_resumes_from_its_checkpoint(data_path, tiny_base_model, tmp_path):
     config = make_config(data_path, tiny_base_model, tmp_path / "run", max_steps=6, save_steps=2)
-    with pytest.raises(RunCancelled):
-        main(config, RecordingReporter(raise_at=5))
-    reporter = RecordingReporter()
-    summary = main(config, reporter)
+    summary, reporter = resumed_after_cancel(main, config, raise_at=5)
     assert summary["resumed_from"].endswith("step-4")
     assert [current for current, _ in reporter.steps] == [5, 6]
-    # A finished directory returns its stored summary without training.
-    again = RecordingReporter()
-    assert main(config, again) == json.loads(json.dumps(summary))
-    assert again.steps == []
+    assert_finished_returns_summary(main, config, summary)
 
 
 def test_bad_settings_name_the_field(data_path, tiny_base_model, tmp_path):

@@ -21,7 +21,7 @@ from reward_models.policy.turns import TurnEncoding, render_prompt
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import intervention_sft_rows, write_jsonl
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import RecordingReporter, RunCancelled
+from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
 TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1}
@@ -145,14 +145,10 @@ def test_a_cancelled_run_resumes_from_its_checkpoint_and_a_finished_one_returns_
     tiny_policy_dir, rows_path, tmp_path
 ):
     config = make_config(tiny_policy_dir, rows_path, tmp_path / "run", max_steps=5, save_steps=2)
-    with pytest.raises(RunCancelled):
-        main(config, RecordingReporter(raise_at=3))
-    reporter = RecordingReporter()
-    summary = main(config, reporter)
+    summary, reporter = resumed_after_cancel(main, config, raise_at=3)
     assert summary["resumed_from"].endswith("checkpoint-2")
     assert [step for step, _ in reporter.steps] == [3, 4, 5]
-    again = RecordingReporter()
-    assert main(config, again) == json.loads(json.dumps(summary)) and again.steps == []
+    assert_finished_returns_summary(main, config, summary)
 
 
 def test_no_rows_of_the_chosen_sources_is_refused_naming_the_data(tiny_policy_dir, rows_path, tmp_path):
@@ -217,8 +213,7 @@ def test_sft_on_tool_calls_prompts_with_the_tools_and_learns_the_assistant_turns
         tool_policy_dir,
         data,
         tmp_path / "run",
-        environment="tests.reward_models.tool_chat.ToolCounter",
-        environment_config={},
+        **tool_chat.RUN_ENVIRONMENT,
         max_steps=2,
         batch_size=2,
     )
