@@ -16,10 +16,13 @@ base policy version) is written through the ORM.
     .venv/bin/python bench/loop.py --cases random,active --method dpo --step_items 16
     .venv/bin/python bench/loop.py --cases random,active --comparisons 24 --active_comparisons 12 --samples 4 # 2nd bar
     .venv/bin/python bench/loop.py --env toolshop         # the tool-calling shop and its shipped tiny policy
+    .venv/bin/python bench/loop.py --env toolshop_careless --settings '{"ppo": {"learning_rate": 1e-4}}'
 
 `--env` picks the environment: the gridworld (the default) or the tool shop, whose agent answers in chat turns with
-tool calls. Every label the crowd stores records the seconds the annotator-time model (`feedback_app.annotator_time`,
-set with `--annotator_seconds`) gives its kind, and each round reports the annotator minutes spent so far.
+tool calls; `toolshop_careless` is the shop at difficulty 1 played by an agent that slips at temperature 1
+(`simulation.careless_agent`, built once into `--work_dir`), the case feedback can fix. Every label the crowd
+stores records the seconds the annotator-time model (`feedback_app.annotator_time`, set with `--annotator_seconds`)
+gives its kind, and each round reports the annotator minutes spent so far.
 
 Per round, for the random and the active case alike:
 1. the current policy plays `--tasks` fresh training tasks × `--samples`; the rollout run queues `--comparisons`

@@ -39,6 +39,19 @@ def _toolshop_base(path: Path) -> None:
     bootstrap(ToolBootstrapConfig(output_dir=str(path), eval_tasks=8))
 
 
+def _careless_config() -> dict[str, Any]:
+    from simulation.careless_agent import ENVIRONMENT_CONFIG
+
+    return dict(ENVIRONMENT_CONFIG)
+
+
+def _careless_base(path: Path) -> None:
+    """The shipped tool-calling Qwen2, fine-tuned to slip (a few minutes)."""
+    from simulation.careless_agent import build_careless_agent
+
+    build_careless_agent(path)
+
+
 @dataclass(frozen=True)
 class Environment:
     """A registered environment the loop runs on: where its class lives, its settings, how its base policy is made,
@@ -65,6 +78,12 @@ ENVIRONMENTS = {
     # Tool calls and their results: the reward model reads the whole conversation, tools included.
     "toolshop": Environment(
         "toolshop", "reward_models.envs.toolshop.ToolShop", _toolshop_config, _toolshop_base, None, False
+    ),
+    # The same shop at difficulty 1, played by an agent that knows every step and slips at temperature 1
+    # (`simulation.careless_agent`): failures feedback can fix, where the shipped policy's at difficulty 2 are a
+    # skill it lacks.
+    "toolshop_careless": Environment(
+        "toolshop_careless", "reward_models.envs.toolshop.ToolShop", _careless_config, _careless_base, None, False
     ),
 }
 

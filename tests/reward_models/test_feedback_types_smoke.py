@@ -11,7 +11,8 @@ import sys
 
 from tests.reward_models.test_loop_bench import BENCH
 
-SMOKE = ["--seeds", "0", "--budgets", "2", "--tasks", "3", "--samples", "2", "--ensemble", "1"]
+# The shipped tool policy is copied in seconds; the default careless agent takes minutes of fine-tuning to build.
+SMOKE = ["--env", "toolshop", "--seeds", "0", "--budgets", "2", "--tasks", "3", "--samples", "2", "--ensemble", "1"]
 SMOKE += ["--iterations", "1", "--episodes", "2", "--eval_tasks", "2", "--eval_samples", "1"]
 
 
