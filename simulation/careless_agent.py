@@ -17,13 +17,13 @@ Building it takes a few minutes on two CPU cores; the benches keep it in their w
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from reward_models.envs.base import task_tools
 from reward_models.envs.toolshop import ToolShop
 from reward_models.policy.tool_bootstrap import SHIPPED_DIR
 from reward_models.policy.tool_training_data import demonstrations
+from simulation.oracle_data import write_jsonl
 
 # The shop it plays: one item per search result, so every failure is a slip, never a missing skill.
 ENVIRONMENT_CONFIG = {"difficulty": 1, "max_turns": 8}
@@ -48,14 +48,12 @@ def build_careless_agent(
     from reward_models.finetune.sft import main as sft
 
     output = Path(output_dir)
-    data = output.with_name(output.name + "-demonstrations.jsonl")
-    data.parent.mkdir(parents=True, exist_ok=True)
     env = ToolShop(**ENVIRONMENT_CONFIG)
-    rows = [
+    rows = (
         {"messages": demo.messages, "tools": task_tools(demo.task), "source": "demonstration", "step_index": None}
         for demo in demonstrations(env, episodes, mistake_rate, seed=seed, first_seed=FIRST_SEED)
-    ]
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    )
+    data = write_jsonl(rows, output.with_name(output.name + "-demonstrations.jsonl"))
     sft(
         SFTConfig(
             policy_path=str(SHIPPED_DIR),
