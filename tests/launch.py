@@ -2,12 +2,41 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 TRACEBACK = "Traceback (most recent call last):"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def offline_env() -> dict[str, str]:
+    """The environment for a one-process command line: offline, with one thread and no tokenizer workers."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+
+
+def flag_arguments(flags: dict[str, Any]) -> list[str]:
+    """`--name value` for each of `flags`, in their order, as a pipeline's command line takes them."""
+    return [part for name, value in flags.items() for part in (f"--{name}", str(value))]
+
+
+def command_help(module: str) -> str:
+    """What `python -m module --help` prints."""
+    command = [sys.executable, "-m", module, "--help"]
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=offline_env(), check=True).stdout
+
+
+def run_command(module: str, flags: dict[str, Any]) -> dict[str, Any]:
+    """Runs `python -m module` in one process with `flags` (checking that it succeeds, with the end of its standard
+    error as the failure message) and returns the JSON summary it prints."""
+    command = [sys.executable, "-m", module, *flag_arguments(flags)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=offline_env(), timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
 
 
 def torchrun(module: str, processes: int = 2) -> list[str]:
@@ -23,7 +52,7 @@ def launch_env(processes: int = 2) -> dict[str, str]:
     machine the second rank's does not exist: "invalid device ordinal"); those run on the CPU with gloo instead."""
     import torch
 
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env = offline_env()
     if torch.cuda.device_count() < processes:
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env

@@ -4,9 +4,6 @@ untrained Llama on CPU."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ from reward_models.prm import PRMConfig, bad_step_auroc, evaluate, first_error, 
 from reward_models.steps import IGNORE, prepare_tokenizer, step_windows, training_examples
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import intervention_rows, stepwise_rows, write_jsonl
+from tests.launch import command_help, run_command
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
@@ -259,18 +257,11 @@ def test_rows_whose_labels_do_not_match_their_steps_are_refused_naming_the_data(
 
 
 def test_the_command_line_shows_help_and_trains_three_steps(data_path, tiny_base_model, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    shown = subprocess.run(
-        [sys.executable, "-m", "reward_models.prm", "--help"], capture_output=True, text=True, env=env, check=True
-    )
-    assert "--use_intervention_labels" in shown.stdout and "--threshold" in shown.stdout
+    shown = command_help("reward_models.prm")
+    assert "--use_intervention_labels" in shown and "--threshold" in shown
     output_dir = tmp_path / "model"
-    command = [sys.executable, "-m", "reward_models.prm", "--data_path", str(data_path)]
-    command += ["--base_model", str(tiny_base_model), "--output_dir", str(output_dir), "--max_steps", "3"]
-    command += ["--use_intervention_labels", "false", "--batch_size", "4"]
-    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    summary = json.loads(run.stdout)
+    flags = {"data_path": data_path, "base_model": tiny_base_model, "output_dir": output_dir, "max_steps": 3}
+    summary = run_command("reward_models.prm", {**flags, "use_intervention_labels": "false", "batch_size": 4})
     assert summary["global_step"] == 3 and "intervention" not in summary["train_rows_by_source"]
     assert "first_error_accuracy" in summary["metrics"]
     assert len(load_prm(output_dir, device="cpu").step_scores(PROMPT, [[ACTION_UP]])) == 1

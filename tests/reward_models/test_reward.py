@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +19,7 @@ from reward_models.reward.model import evaluate, load_reward_model
 from reward_models.reward.train import main
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import preference_rows, write_jsonl
+from tests.launch import command_help, run_command
 from tests.reward_models import tool_chat
 from tests.reward_models.conftest import in_hub_cache
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
@@ -316,36 +314,15 @@ def test_rows_without_a_rejected_side_are_refused_naming_the_data(tiny_base_mode
 
 
 def test_the_command_line_shows_help_and_trains_on_text_rows(tiny_base_model, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "reward_models.reward"]
-    shown = subprocess.run([*command, "--help"], capture_output=True, text=True, env=env, check=True)
-    assert "--ensemble_mode" in shown.stdout and "--ties" in shown.stdout
+    shown = command_help("reward_models.reward")
+    assert "--ensemble_mode" in shown and "--ties" in shown
     # argparse %-formats help texts: an unescaped "30 % slower" printed the parser's own state in its place.
-    assert "~30 % slower" in " ".join(shown.stdout.split()) and "option_strings" not in shown.stdout
+    assert "~30 % slower" in " ".join(shown.split()) and "option_strings" not in shown
 
     episodes = scripted_episodes(6, per_task=3, seed=4, env_config=SMALL_GRID)
     data = write_jsonl(preference_rows(episodes, style="text"), tmp_path / "text.jsonl")
-    run = subprocess.run(
-        [
-            *command,
-            "--data_path",
-            str(data),
-            "--base_model",
-            str(tiny_base_model),
-            "--output_dir",
-            str(tmp_path / "run"),
-            "--max_steps",
-            "3",
-            "--batch_size",
-            "4",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    summary = json.loads(run.stdout)
+    flags = {"data_path": data, "base_model": tiny_base_model, "output_dir": tmp_path / "run", "max_steps": 3}
+    summary = run_command("reward_models.reward", {**flags, "batch_size": 4})
     assert summary["members"][0]["steps"] == 3
     assert read_manifest(tmp_path / "run")["summary"] == summary
     model = load_reward_model(tmp_path / "run")

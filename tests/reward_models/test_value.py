@@ -4,9 +4,6 @@ a tiny untrained Llama on CPU."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +22,7 @@ from reward_models.value import (
 )
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import preference_rows, returns_rows, stepwise_rows, write_jsonl
+from tests.launch import command_help, run_command
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
 
 # A 4x4 grid with an 8-step limit keeps a trajectory near 200 tokens.
@@ -341,18 +339,11 @@ def test_rows_whose_rewards_do_not_match_their_steps_are_refused_naming_the_data
 
 
 def test_the_command_line_shows_help_and_trains_three_steps(data_path, tiny_base_model, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    shown = subprocess.run(
-        [sys.executable, "-m", "reward_models.value", "--help"], capture_output=True, text=True, env=env, check=True
-    )
-    assert "--gamma" in shown.stdout and "--reward_model" in shown.stdout and "--prm" in shown.stdout
+    shown = command_help("reward_models.value")
+    assert "--gamma" in shown and "--reward_model" in shown and "--prm" in shown
     output_dir = tmp_path / "model"
-    command = [sys.executable, "-m", "reward_models.value", "--data_path", str(data_path)]
-    command += ["--base_model", str(tiny_base_model), "--output_dir", str(output_dir), "--max_steps", "3"]
-    command += ["--gamma", "0.5", "--batch_size", "4"]
-    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    summary = json.loads(run.stdout)
+    flags = {"data_path": data_path, "base_model": tiny_base_model, "output_dir": output_dir, "max_steps": 3}
+    summary = run_command("reward_models.value", {**flags, "gamma": 0.5, "batch_size": 4})
     assert summary["global_step"] == 3 and "explained_variance" in summary["metrics"]
     assert read_manifest(output_dir)["config"]["gamma"] == 0.5
     assert len(load_value_critic(output_dir, device="cpu").values("System: reach the goal G", [" up", " down"])) == 2

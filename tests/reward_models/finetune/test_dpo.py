@@ -27,7 +27,7 @@ from reward_models.policy.model import save_policy
 from reward_models.policy.turns import format_decision, parse_decision, render_prompt
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import intervention_step_preference_rows, preference_rows, write_jsonl
-from tests.launch import launch_env, launch_failure, torchrun
+from tests.launch import flag_arguments, launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
 from tests.reward_models.finetune.gradients import assert_gradient_on_completions, assert_prompts_show_observations
 from tests.reward_models.reporters import RecordingReporter, RunCancelled, assert_finished_returns_summary
@@ -369,7 +369,7 @@ def test_the_command_line_shows_help_and_trains_across_two_processes(tiny_policy
     assert "--level" in shown.stdout and "--sft_weight" in shown.stdout and "--balance" in shown.stdout
     flags = {**TINY, "max_steps": 2, "environment_config": json.dumps(SMALL_GRID), "precompute_ref_log_probs": True}
     flags.update(policy_path=tiny_policy_dir, data_path=step_rows_path, output_dir=tmp_path / "run")
-    arguments = [part for name, value in flags.items() for part in (f"--{name}", str(value))]
+    arguments = flag_arguments(flags)
     # Two processes: TRL's precomputed reference log-probs must reach the second one (they are cached beside the
     # dataset's files), and only the first prints the summary.
     done = subprocess.run(

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +24,7 @@ from reward_models.finetune.grpo import (
 )
 from reward_models.policy.turns import parse_decision
 from simulation.oracle_data import write_jsonl
+from tests.launch import command_help, run_command
 from tests.reward_models import tool_chat
 from tests.reward_models.finetune.judges import trained_judge
 from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
@@ -195,34 +193,9 @@ def test_bad_settings_name_the_field(policy_dir, tmp_path):
 
 
 def test_command_line_help_and_a_tiny_run(policy_dir, reward_model_dir, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "reward_models.finetune.grpo"]
-    help_text = subprocess.run([*command, "--help"], capture_output=True, text=True, check=True, env=env).stdout
+    help_text = command_help("reward_models.finetune.grpo")
     assert "--num_generations" in help_text and "--reward_model_path" in help_text
-    result = subprocess.run(
-        [
-            *command,
-            "--policy_path",
-            str(policy_dir),
-            "--reward_model_path",
-            str(reward_model_dir),
-            "--output_dir",
-            str(tmp_path / "cli"),
-            "--prompts_per_step",
-            "1",
-            "--num_generations",
-            "2",
-            "--max_steps",
-            "1",
-            "--eval_tasks",
-            "2",
-            "--train_prompts",
-            "4",
-        ],  # fmt: skip
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout)["steps"] == 1
+    flags = {"policy_path": policy_dir, "reward_model_path": reward_model_dir, "output_dir": tmp_path / "cli"}
+    flags.update(prompts_per_step=1, num_generations=2, max_steps=1, eval_tasks=2, train_prompts=4)
+    assert run_command("reward_models.finetune.grpo", flags)["steps"] == 1
     assert (tmp_path / "cli" / "tandem_artifact.json").is_file()

@@ -4,9 +4,6 @@ prompt and the trajectory's label, the KL completions, the observation mask, res
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,13 +16,13 @@ from reward_models.finetune.turn_batches import pad_turns, row_conversation
 from reward_models.policy.turns import TurnEncoding, format_decision, parse_decision, render_prompt
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import unpaired_rows, write_jsonl
+from tests.launch import command_help, run_command
 from tests.reward_models import tool_chat
 from tests.reward_models.finetune.gradients import assert_gradient_on_completions, assert_prompts_show_observations
 from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
 TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1}
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -167,15 +164,12 @@ def test_a_bad_setting_is_refused_naming_its_field(values, field, tiny_policy_di
 
 
 def test_the_command_line_shows_help_and_trains(tiny_policy_dir, rows_path, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "reward_models.finetune.kto"]
-    shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
-    assert "--beta" in shown.stdout and "--balance_weights" in shown.stdout
+    shown = command_help("reward_models.finetune.kto")
+    assert "--beta" in shown and "--balance_weights" in shown
     flags = {**TINY, "max_steps": 2, "environment_config": json.dumps(SMALL_GRID)}
     flags.update(policy_path=tiny_policy_dir, data_path=rows_path, output_dir=tmp_path / "run")
-    arguments = [part for name, value in flags.items() for part in (f"--{name}", str(value))]
-    done = subprocess.run([*command, *arguments], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
-    assert json.loads(done.stdout)["steps"] == 2 and (tmp_path / "run" / "model.safetensors").is_file()
+    summary = run_command("reward_models.finetune.kto", flags)
+    assert summary["steps"] == 2 and (tmp_path / "run" / "model.safetensors").is_file()
 
 
 def test_unpaired_rows_rate_successes_up_and_failures_down():

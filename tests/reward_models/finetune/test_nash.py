@@ -3,11 +3,7 @@ trained on oracle-labelled comparisons; the mixture policy, the win-rate reward 
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +23,7 @@ from reward_models.policy.model import save_policy
 from reward_models.rollout import rollout
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import preference_rows
+from tests.launch import command_help, run_command
 from tests.reward_models import tool_chat
 from tests.reward_models.finetune.judges import trained_judge
 from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
@@ -338,37 +335,11 @@ def test_bad_settings_name_the_field(policy_dir, preference_model_dir, tmp_path)
 
 
 def test_command_line_help_and_a_tiny_run(policy_dir, preference_model_dir, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "reward_models.finetune.nash"]
-    help_text = subprocess.run([*command, "--help"], capture_output=True, text=True, check=True, env=env).stdout
+    help_text = command_help("reward_models.finetune.nash")
     assert "--mixture_alpha" in help_text and "--samples_per_task" in help_text
-    result = subprocess.run(
-        [
-            *command,
-            "--policy_path",
-            str(policy_dir),
-            "--preference_model_path",
-            str(preference_model_dir),
-            "--output_dir",
-            str(tmp_path / "cli"),
-            "--method",
-            "spo",
-            "--samples_per_task",
-            "2",
-            "--batch_size",
-            "2",
-            "--max_steps",
-            "1",
-            "--eval_tasks",
-            "2",
-        ],  # fmt: skip
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    summary = json.loads(result.stdout)
-    assert summary["iterations"] == 1
+    flags = {"policy_path": policy_dir, "preference_model_path": preference_model_dir, "output_dir": tmp_path / "cli"}
+    flags.update(method="spo", samples_per_task=2, batch_size=2, max_steps=1, eval_tasks=2)
+    assert run_command("reward_models.finetune.nash", flags)["iterations"] == 1
     assert (tmp_path / "cli" / "tandem_artifact.json").is_file()
 
 

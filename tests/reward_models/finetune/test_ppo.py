@@ -23,7 +23,7 @@ from reward_models.rollout import episode_messages
 from reward_models.value import load_value_critic
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import build_tiny_base, preference_rows, stepwise_rows
-from tests.launch import launch_env, launch_failure, torchrun
+from tests.launch import flag_arguments, launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
 from tests.reward_models.finetune.judges import trained_judge
 from tests.reward_models.finetune.ppo_episodes import EPISODE, EPISODE_OBSERVATIONS, EPISODE_TEXTS, grid_episode
@@ -317,7 +317,7 @@ def test_the_command_line_shows_help_and_trains_on_the_oracle_reward_across_two_
     shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
     assert "--reward_model_path" in shown.stdout and "--kl_beta" in shown.stdout and "--prm_weight" in shown.stdout
     flags = {**TINY, "max_steps": 2, "environment_config": json.dumps(SMALL_GRID)}
-    arguments = [part for name, value in flags.items() for part in (f"--{name}", str(value))]
+    arguments = flag_arguments(flags)
     done = subprocess.run(
         [
             *torchrun("reward_models.finetune.ppo"),

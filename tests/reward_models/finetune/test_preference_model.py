@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ from reward_models.finetune.preference_scoring import (
 from reward_models.policy.turns import elide_observations, judge_view
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import preference_rows, write_jsonl
-from tests.launch import launch_env, launch_failure, torchrun
+from tests.launch import command_help, flag_arguments, launch_env, launch_failure, torchrun
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
@@ -224,21 +222,15 @@ def test_bad_settings_name_the_field(data_path, tiny_base_model, tmp_path):
 
 
 def test_command_line_help_lists_the_settings():
-    result = subprocess.run(
-        [sys.executable, "-m", "reward_models.finetune.preference_model", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    assert "--skew_dims" in result.stdout and "--layout" in result.stdout
+    shown = command_help("reward_models.finetune.preference_model")
+    assert "--skew_dims" in shown and "--layout" in shown
 
 
 def test_the_command_line_trains_across_two_processes(data_path, rows, tiny_base_model, tmp_path):
     # Each process takes half of every batch; the first one alone saves the model and prints the summary.
     flags = {**FAST, "data_path": data_path, "base_model": tiny_base_model, "output_dir": tmp_path / "run"}
     flags.update(max_steps=4, logging_steps=2)
-    arguments = [part for name, value in flags.items() for part in (f"--{name}", str(value))]
+    arguments = flag_arguments(flags)
     env = launch_env()
     done = subprocess.run(
         [*torchrun("reward_models.finetune.preference_model"), *arguments],

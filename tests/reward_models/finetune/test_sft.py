@@ -4,9 +4,6 @@ turn with the policy's own prompt, loss on the person's tokens only, resume and 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,12 +17,12 @@ from reward_models.policy.model import save_policy
 from reward_models.policy.turns import TurnEncoding, render_prompt
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import intervention_sft_rows, write_jsonl
+from tests.launch import command_help, run_command
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
 TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1}
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -167,15 +164,11 @@ def test_a_bad_setting_is_refused_naming_its_field(values, field, tiny_policy_di
 
 
 def test_the_command_line_shows_help_and_trains(tiny_policy_dir, rows_path, rows, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "reward_models.finetune.sft"]
-    shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
-    assert "--sources" in shown.stdout and "--num_epochs" in shown.stdout
+    shown = command_help("reward_models.finetune.sft")
+    assert "--sources" in shown and "--num_epochs" in shown
     flags = {**TINY, "max_steps": 2, "environment_config": json.dumps(SMALL_GRID), "sources": "intervention"}
     flags.update(policy_path=tiny_policy_dir, data_path=rows_path, output_dir=tmp_path / "run")
-    arguments = [part for name, value in flags.items() for part in (f"--{name}", str(value))]
-    done = subprocess.run([*command, *arguments], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
-    summary = json.loads(done.stdout)
+    summary = run_command("reward_models.finetune.sft", flags)
     assert summary["steps"] == 2 and summary["sources"] == {"intervention": len(rows) - 1}
 
 
