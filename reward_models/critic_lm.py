@@ -72,7 +72,7 @@ from reward_models.common.data import (
 )
 from reward_models.common.judge_config import JudgeConfig, with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
-from reward_models.common.runtime import judge_trainer_args, resolve_precision, timed_training
+from reward_models.common.runtime import judge_trainer_args, lora_settings, resolve_precision, timed_training
 from reward_models.critique_encoding import (
     Prompt,
     Tools,
@@ -334,11 +334,7 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
         # Rows are already fitted by fit_example; activation checkpointing follows the config (TRL's default is on).
         **judge_trainer_args(config, precision, config.seed),
     )
-    peft_config = None
-    if config.use_lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(task_type="CAUSAL_LM", r=config.lora_r, lora_alpha=2 * config.lora_r)
+    peft_config = lora_settings(config.lora_r) if config.use_lora else None
     trainer = SFTTrainer(
         model=local.base_model,
         args=args,

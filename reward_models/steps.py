@@ -50,7 +50,7 @@ from reward_models.common.artifacts import checkpoint_dir, last_checkpoint, trai
 from reward_models.common.config import ConfigError
 from reward_models.common.judge_config import JudgeConfig
 from reward_models.common.reporting import Reporter, trainer_callback
-from reward_models.common.runtime import resolve_precision, seed_everything, trainer_precision_args
+from reward_models.common.runtime import lora_settings, resolve_precision, seed_everything, trainer_precision_args
 from reward_models.conversation import Message
 from reward_models.policy.turns import message_steps, text_pair, text_steps, transcript
 
@@ -375,12 +375,11 @@ def train_step_head(
     model.config.step_max_length = config.max_length
     model.config.step_style = style
     if config.use_lora:
-        from peft import LoraConfig, TaskType, get_peft_model
+        from peft import get_peft_model
 
         # TOKEN_CLS keeps the new head (`score` / `classifier`) fully trainable beside the adapters, which go on
         # peft's default modules for the architecture (attention projections).
-        lora = LoraConfig(task_type=TaskType.TOKEN_CLS, r=config.lora_r, lora_alpha=2 * config.lora_r)
-        model = get_peft_model(model, lora)
+        model = get_peft_model(model, lora_settings(config.lora_r, "TOKEN_CLS"))
     args = TrainingArguments(
         output_dir=str(checkpoint_dir(config.output_dir)),
         num_train_epochs=config.num_epochs,

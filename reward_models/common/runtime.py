@@ -24,6 +24,15 @@ def resolve_precision(precision: str) -> str:
     return precision
 
 
+def lora_settings(rank: int, task_type: str = "CAUSAL_LM") -> Any:
+    """peft's LoRA settings, alike in every trainer: adapters of rank `rank` with alpha twice that, on peft's default
+    modules for the architecture. `task_type` says which head stays fully trainable beside them: CAUSAL_LM for a
+    policy or a generative critic, SEQ_CLS for a score head, TOKEN_CLS for a head on every token."""
+    from peft import LoraConfig
+
+    return LoraConfig(task_type=task_type, r=rank, lora_alpha=2 * rank)
+
+
 def trainer_precision_args(precision: str) -> dict[str, Any]:
     """The `TrainingArguments` fields for a resolved precision (TRL configs default to bf16, so always say)."""
     import torch

@@ -63,7 +63,7 @@ from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
 from reward_models.common.data import bad_rows, read_rows
 from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
-from reward_models.common.runtime import seed_everything
+from reward_models.common.runtime import lora_settings, seed_everything
 from reward_models.finetune.artifacts import finished_policy, save_trained_policy
 from reward_models.finetune.config import PolicyTrainConfig, environment_factory
 from reward_models.finetune.dpo_pairs import (
@@ -343,9 +343,9 @@ def _train_trajectories(config, model, tokenizer, pairs, steps, reporter, starte
 
     accelerator = make_accelerator(config)
     if config.use_lora:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=config.lora_r, lora_alpha=2 * config.lora_r))
+        model = get_peft_model(model, lora_settings(config.lora_r))
     if config.gradient_checkpointing:
         model.activation_checkpointing_enable()
     tokenizer.padding_side = "right"

@@ -56,6 +56,7 @@ from reward_models.finetune.artifacts import finished_policy, save_trained_polic
 from reward_models.finetune.config import PolicyTrainConfig, environment_factory, train_seeds_tasks
 from reward_models.finetune.evaluation import evaluate_base, evaluate_policy, success_gain
 from reward_models.finetune.policy_model import load_policy_model, playing_policy
+from reward_models.finetune.trl_runs import lora_config
 from reward_models.policy.turns import render_prompt
 
 KIND = "policy"
@@ -353,11 +354,7 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
         from trl import RLOOTrainer as Trainer
 
         common_args["normalize_advantages"] = config.scale_rewards
-    peft_config = None
-    if config.use_lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(task_type="CAUSAL_LM", r=config.lora_r, lora_alpha=2 * config.lora_r)
+    peft_config = lora_config(config)
     trainer = Trainer(
         model=policy.model,
         reward_funcs=reward,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reward_models.common.judge_config import model_directory
+from reward_models.common.runtime import lora_settings
 from reward_models.policy.model import read_policy_settings
 
 if TYPE_CHECKING:
@@ -62,9 +63,9 @@ def load_policy_model(
     if device is not None:
         model = model.to(device)
     if trainable and use_lora:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=lora_r, lora_alpha=2 * lora_r))
+        model = get_peft_model(model, lora_settings(lora_r))
     if not dropout:
         disable_dropout(model)
     if not trainable:

@@ -61,7 +61,7 @@ from typing import Any
 from reward_models.common.artifacts import checkpoint_dir
 from reward_models.common.cli import cli
 from reward_models.common.reporting import Reporter, SilentReporter
-from reward_models.common.runtime import resolve_precision, seed_everything
+from reward_models.common.runtime import lora_settings, resolve_precision, seed_everything
 from reward_models.finetune.artifacts import finished_policy, save_trained_policy
 from reward_models.finetune.evaluation import evaluate_base, evaluate_policy, success_gain
 from reward_models.finetune.loops import make_accelerator, out_of_time, resume_loop_checkpoint
@@ -114,10 +114,9 @@ def setup_run(config: PPOConfig, reporter: Reporter) -> PPORun:
         dtype=half or "float32",
     )
     if config.use_lora:
-        from peft import LoraConfig, TaskType, get_peft_model
+        from peft import get_peft_model
 
-        lora = LoraConfig(task_type=TaskType.TOKEN_CLS, r=config.lora_r, lora_alpha=2 * config.lora_r)
-        critic = get_peft_model(critic, lora)
+        critic = get_peft_model(critic, lora_settings(config.lora_r, "TOKEN_CLS"))
         for parameter in critic.parameters():
             if parameter.requires_grad:
                 parameter.data = parameter.data.float()

@@ -60,7 +60,7 @@ from reward_models.common.config import require
 from reward_models.common.data import bad_rows, checked_rows, row_tools, split_comparisons
 from reward_models.common.judge_config import JudgeConfig, with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter
-from reward_models.common.runtime import fresh_accelerator, resolve_precision
+from reward_models.common.runtime import fresh_accelerator, lora_settings, resolve_precision
 from reward_models.finetune.preference_scoring import (
     KIND,
     PreferenceModel,
@@ -203,9 +203,9 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if config.use_lora:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        model = get_peft_model(model, LoraConfig(task_type="SEQ_CLS", r=config.lora_r, lora_alpha=2 * config.lora_r))
+        model = get_peft_model(model, lora_settings(config.lora_r, "SEQ_CLS"))
     steps_per_epoch = math.ceil(len(train_rows) / config.batch_size)
     total = config.max_steps if config.max_steps > 0 else max(1, math.ceil(config.num_epochs * steps_per_epoch))
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)

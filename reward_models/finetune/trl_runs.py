@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from reward_models.common.artifacts import checkpoint_dir
+from reward_models.common.runtime import lora_settings
 from reward_models.finetune.config import PolicyTrainConfig
 from reward_models.finetune.loops import out_of_time
 
@@ -74,9 +75,6 @@ def trl_arguments(config: PolicyTrainConfig, steps: int) -> dict[str, Any]:
 
 
 def lora_config(config: PolicyTrainConfig) -> Any:
-    """peft's LoRA settings when the run asks for adapters (rank `lora_r`, alpha twice that), else None."""
-    if not config.use_lora:
-        return None
-    from peft import LoraConfig
-
-    return LoraConfig(task_type="CAUSAL_LM", r=config.lora_r, lora_alpha=2 * config.lora_r)
+    """peft's LoRA settings for a policy (`lora_settings` of rank `lora_r`) when the run asks for adapters, else
+    None."""
+    return lora_settings(config.lora_r) if config.use_lora else None

@@ -23,7 +23,7 @@ from reward_models.common.artifacts import (
 from reward_models.common.data import bad_rows, checked_rows, row_tools, split_comparisons
 from reward_models.common.judge_config import with_local_base
 from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
-from reward_models.common.runtime import judge_trainer_args, resolve_precision, timed_training
+from reward_models.common.runtime import judge_trainer_args, lora_settings, resolve_precision, timed_training
 from reward_models.reward.config import (
     CENTRING_SAMPLE,
     CHECKPOINT_OWNER_FILE,
@@ -151,9 +151,7 @@ def _train_member(
 
     peft_config, model_init_kwargs = None, None
     if config.use_lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(task_type="SEQ_CLS", r=config.lora_r, lora_alpha=2 * config.lora_r)
+        peft_config = lora_settings(config.lora_r, "SEQ_CLS")
         if precision == "bf16":
             # The frozen base in bf16 is what makes LoRA fit a 7-8B model on one GPU; peft keeps the adapters fp32.
             model_init_kwargs = {"dtype": torch.bfloat16}
