@@ -58,6 +58,15 @@ def launch_env(processes: int = 2) -> dict[str, str]:
     return env
 
 
+def run_launched(module: str, arguments: list[str], processes: int = 2) -> subprocess.CompletedProcess:
+    """Runs `module` with `arguments` under `torchrun(module, processes)` in `launch_env(processes)`, checking that
+    every process succeeded (with `launch_failure` as the failure message); returns the finished command."""
+    command = [*torchrun(module, processes), *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=launch_env(processes), timeout=600)
+    assert done.returncode == 0, launch_failure(done)
+    return done
+
+
 def launch_failure(done: subprocess.CompletedProcess) -> str:
     """Why a launched command failed, for an assertion message: the first traceback a process of the pipeline
     printed (under torchrun the end of standard error is torchrun's own summary, which names only the failed rank and

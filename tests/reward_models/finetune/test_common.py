@@ -3,9 +3,7 @@ match what generation produced, evaluation, and accelerate checkpoints."""
 
 from __future__ import annotations
 
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -30,11 +28,9 @@ from reward_models.finetune.turn_batches import (
 from reward_models.policy.local import LocalCausalLMPolicy
 from reward_models.policy.turns import TurnEncoding, encode_conversation, encode_turn
 from reward_models.rollout import Episode, Step, rollout
-from tests.launch import launch_env, launch_failure, torchrun
+from tests.launch import run_launched
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, RunCancelled
-
-ROOT = Path(__file__).resolve().parents[3]
 
 CONVERSATION = [
     {"role": "system", "content": "reach the goal G"},
@@ -285,15 +281,7 @@ def test_a_loop_checkpoint_restores_weights_optimiser_and_state(tmp_path, tiny_p
 def test_a_loop_checkpoint_across_two_processes_waits_for_the_slower_one(tmp_path):
     """Each process writes its own RNG state into the checkpoint; the first must not move the folder into place
     before the second has written (CI once failed a two-process PPO run this way)."""
-    done = subprocess.run(
-        [*torchrun("tests.reward_models.finetune.slow_rank_checkpoint"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=launch_env(),
-        timeout=300,
-    )
-    assert done.returncode == 0, launch_failure(done)
+    run_launched("tests.reward_models.finetune.slow_rank_checkpoint", [str(tmp_path)])
     assert sorted(path.name for path in (tmp_path / "checkpoints").iterdir()) == ["step-1", "step-2"]
 
 

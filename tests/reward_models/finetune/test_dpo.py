@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,14 +25,13 @@ from reward_models.policy.model import save_policy
 from reward_models.policy.turns import format_decision, parse_decision, render_prompt
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import intervention_step_preference_rows, preference_rows, write_jsonl
-from tests.launch import flag_arguments, launch_env, launch_failure, torchrun
+from tests.launch import command_help, flag_arguments, run_launched
 from tests.reward_models import tool_chat
 from tests.reward_models.finetune.gradients import assert_gradient_on_completions, assert_prompts_show_observations
 from tests.reward_models.reporters import RecordingReporter, RunCancelled, assert_finished_returns_summary
 
 SMALL_GRID = {"size": 4, "max_steps": 6}
 TINY = {"environment_config": SMALL_GRID, "eval_tasks": 0, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1}
-ROOT = Path(__file__).resolve().parents[3]
 GRID = GridWorld(**SMALL_GRID)
 
 
@@ -363,20 +360,13 @@ def test_a_bad_setting_is_refused_naming_its_field(values, field, tiny_policy_di
 
 
 def test_the_command_line_shows_help_and_trains_across_two_processes(tiny_policy_dir, step_rows_path, tmp_path):
-    env = launch_env()
-    command = [sys.executable, "-m", "reward_models.finetune.dpo"]
-    shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
-    assert "--level" in shown.stdout and "--sft_weight" in shown.stdout and "--balance" in shown.stdout
+    shown = command_help("reward_models.finetune.dpo")
+    assert "--level" in shown and "--sft_weight" in shown and "--balance" in shown
     flags = {**TINY, "max_steps": 2, "environment_config": json.dumps(SMALL_GRID), "precompute_ref_log_probs": True}
     flags.update(policy_path=tiny_policy_dir, data_path=step_rows_path, output_dir=tmp_path / "run")
-    arguments = flag_arguments(flags)
     # Two processes: TRL's precomputed reference log-probs must reach the second one (they are cached beside the
     # dataset's files), and only the first prints the summary.
-    done = subprocess.run(
-        [*torchrun("reward_models.finetune.dpo"), *arguments], capture_output=True, text=True, cwd=ROOT, env=env
-    )
-    assert done.returncode == 0, launch_failure(done)
-    summary = json.loads(done.stdout)
+    summary = json.loads(run_launched("reward_models.finetune.dpo", flag_arguments(flags)).stdout)
     assert summary["steps"] == 2 and (tmp_path / "run" / "model.safetensors").is_file()
 
 

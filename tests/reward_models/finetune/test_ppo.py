@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,7 @@ from reward_models.rollout import episode_messages
 from reward_models.value import load_value_critic
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import build_tiny_base, preference_rows, stepwise_rows
-from tests.launch import flag_arguments, launch_env, launch_failure, torchrun
+from tests.launch import command_help, flag_arguments, run_launched
 from tests.reward_models import tool_chat
 from tests.reward_models.finetune.judges import trained_judge
 from tests.reward_models.finetune.ppo_episodes import EPISODE, EPISODE_OBSERVATIONS, EPISODE_TEXTS, grid_episode
@@ -43,7 +41,6 @@ TINY = {
     "logging_steps": 1,
     "learning_rate": 1e-3,
 }
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -312,30 +309,11 @@ def test_a_bad_setting_is_refused_naming_its_field(values, field, tiny_policy_di
 
 
 def test_the_command_line_shows_help_and_trains_on_the_oracle_reward_across_two_processes(tiny_policy_dir, tmp_path):
-    env = launch_env()
-    command = [sys.executable, "-m", "reward_models.finetune.ppo"]
-    shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
-    assert "--reward_model_path" in shown.stdout and "--kl_beta" in shown.stdout and "--prm_weight" in shown.stdout
-    flags = {**TINY, "max_steps": 2, "environment_config": json.dumps(SMALL_GRID)}
-    arguments = flag_arguments(flags)
-    done = subprocess.run(
-        [
-            *torchrun("reward_models.finetune.ppo"),
-            "--policy_path",
-            str(tiny_policy_dir),
-            "--output_dir",
-            str(tmp_path / "cli"),
-            "--reward_source",
-            "oracle",
-            *arguments,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, launch_failure(done)
+    shown = command_help("reward_models.finetune.ppo")
+    assert "--reward_model_path" in shown and "--kl_beta" in shown and "--prm_weight" in shown
+    flags = {"policy_path": tiny_policy_dir, "output_dir": tmp_path / "cli", "reward_source": "oracle"}
+    flags.update({**TINY, "max_steps": 2, "environment_config": json.dumps(SMALL_GRID)})
+    done = run_launched("reward_models.finetune.ppo", flag_arguments(flags))
     summary = json.loads(done.stdout)
     assert summary["iterations"] == 2 and (tmp_path / "cli" / "tandem_artifact.json").is_file()
     # Each process rolled out half the tasks, and both trained on all of them.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from reward_models.finetune.preference_scoring import (
 from reward_models.policy.turns import elide_observations, judge_view
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import preference_rows, write_jsonl
-from tests.launch import command_help, flag_arguments, launch_env, launch_failure, torchrun
+from tests.launch import command_help, flag_arguments, run_launched
 from tests.reward_models import tool_chat
 from tests.reward_models.reporters import RecordingReporter, assert_finished_returns_summary, resumed_after_cancel
 
@@ -230,17 +229,7 @@ def test_the_command_line_trains_across_two_processes(data_path, rows, tiny_base
     # Each process takes half of every batch; the first one alone saves the model and prints the summary.
     flags = {**FAST, "data_path": data_path, "base_model": tiny_base_model, "output_dir": tmp_path / "run"}
     flags.update(max_steps=4, logging_steps=2)
-    arguments = flag_arguments(flags)
-    env = launch_env()
-    done = subprocess.run(
-        [*torchrun("reward_models.finetune.preference_model"), *arguments],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, launch_failure(done)
-    summary = json.loads(done.stdout)
+    summary = json.loads(run_launched("reward_models.finetune.preference_model", flag_arguments(flags)).stdout)
     assert summary["steps"] == 4 and math.isfinite(summary["final_loss"]) and summary["metrics"]["pairs"] > 10
     row = next(row for row in rows if not row.get("tie"))
     forward, backward = load_preference_model(tmp_path / "run", "cpu").probability(
