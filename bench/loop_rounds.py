@@ -147,43 +147,30 @@ class Loop:
             "prm_seconds": prm["summary"].get("train_seconds"),
         }
 
+    def judge(
+        self, project: int, round_: int, kind: str, snapshot: int, name: str, settings: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A `kind` judge trained on the snapshot `snapshot` and registered as `name`-r<round>, with `settings`, the
+        round's seed and the bench's overrides for `kind`; its finished run."""
+        config = {"name": f"{name}-r{round_}", **settings, "seed": self.round_seed(round_), **self.overrides(kind)}
+        return self.launch(project, {"kind": kind, "snapshot": snapshot, "config": config})
+
     def reward_model(self, project: int, round_: int) -> dict[str, Any]:
         """A reward-model ensemble trained on a snapshot of every comparison so far; its finished run."""
-        return self.launch(
-            project,
-            {
-                "kind": "reward_model",
-                "snapshot": self.snapshot(project, "preference", f"preferences-r{round_}"),
-                "config": {
-                    "name": f"rm-r{round_}",
-                    "ensemble_size": self.args.ensemble,
-                    **({"layout": layout} if (layout := ENVIRONMENTS[self.args.env].reward_layout) else {}),
-                    "num_epochs": 3,
-                    # The tiny policy's recipe (bench/judge_oracle.py's); the pipeline's 1e-4 suits pretrained models
-                    # and left the reward model below "the shorter trajectory wins" (held out 0.52 against 0.71).
-                    "learning_rate": 1e-3,
-                    "seed": self.round_seed(round_),
-                    **self.overrides("reward_model"),
-                },
-            },
-        )
+        layout = ENVIRONMENTS[self.args.env].reward_layout
+        settings = {"ensemble_size": self.args.ensemble, **({"layout": layout} if layout else {}), "num_epochs": 3}
+        # The tiny policy's recipe (bench/judge_oracle.py's); the pipeline's 1e-4 suits pretrained models and left the
+        # reward model below "the shorter trajectory wins" (held out 0.52 against 0.71).
+        settings["learning_rate"] = 1e-3
+        snapshot = self.snapshot(project, "preference", f"preferences-r{round_}")
+        return self.judge(project, round_, "reward_model", snapshot, "rm", settings)
 
     def prm(self, project: int, round_: int) -> dict[str, Any]:
         """A PRM trained on a snapshot of every step label so far; its finished run."""
-        return self.launch(
-            project,
-            {
-                "kind": "prm",
-                "snapshot": self.snapshot(project, "stepwise", f"steps-r{round_}"),
-                "config": {
-                    "name": f"prm-r{round_}",
-                    "learning_rate": 5e-3,  # bench/judge_oracle.py's recipe for a tiny model, as above
-                    "num_epochs": 5,
-                    "seed": self.round_seed(round_),
-                    **self.overrides("prm"),
-                },
-            },
-        )
+        # bench/judge_oracle.py's recipe for a tiny model, as above.
+        settings = {"learning_rate": 5e-3, "num_epochs": 5}
+        snapshot = self.snapshot(project, "stepwise", f"steps-r{round_}")
+        return self.judge(project, round_, "prm", snapshot, "prm", settings)
 
     # The policy
 
