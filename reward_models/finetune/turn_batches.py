@@ -113,12 +113,14 @@ def token_logprobs(
             logits = logits / temperature
     elif temperature != 1.0:
         raise ValueError("temperature: given logits are used as they are; scale them before passing them")
-    shifted = logits[:, :-1].float()
-    targets = batch.input_ids[:, 1:]
-    chosen = shifted.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - shifted.logsumexp(dim=-1)
-    mask = batch.completion_mask[:, 1:].to(chosen.dtype)
-    # Multiplying by the mask, not indexing, keeps the shape; masked positions contribute 0 and get no gradient.
-    return torch.nn.functional.pad(chosen * mask, (1, 0))
+    # Only the rows that predict a completion token go through the log-softmax: a turn's prompt is most of its
+    # tokens, and the normaliser over the whole vocabulary at every position was most of this function's time.
+    mask = batch.completion_mask[:, 1:].bool()
+    picked = logits[:, :-1][mask].float()
+    chosen = picked.gather(-1, batch.input_ids[:, 1:][mask].unsqueeze(-1)).squeeze(-1) - picked.logsumexp(dim=-1)
+    # Scattered back into the batch's shape: positions off the completion are 0 and get no gradient.
+    full = torch.zeros(mask.shape, dtype=chosen.dtype, device=chosen.device).masked_scatter(mask, chosen)
+    return torch.nn.functional.pad(full, (1, 0))
 
 
 def completion_logprobs(model: PreTrainedModel, batch: TurnBatch) -> torch.Tensor:

@@ -106,6 +106,21 @@ def test_no_gradient_reaches_the_logits_of_observation_or_padding_positions(poli
     assert predicts_completion.sum() == sum(len(e.completion_ids) for e in encodings)
 
 
+def test_token_logprobs_are_the_full_log_softmax_at_completion_tokens_and_zero_elsewhere(policy_dir):
+    loaded = load_policy_model(policy_dir)
+    encodings = encode_conversation(loaded.tokenizer, row_conversation(CONVERSATION), None, None)
+    batch = pad_turns(encodings, loaded.tokenizer.pad_token_id)
+    logits = loaded.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.detach()
+    expected = logits[:, :-1].log_softmax(-1).gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    expected = torch.nn.functional.pad(expected * batch.completion_mask[:, 1:], (1, 0))
+
+    got = token_logprobs(loaded.model, batch, logits=logits)
+
+    assert got.shape == batch.input_ids.shape
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert (got[batch.completion_mask.bool()] <= 0).all() and (got[~batch.completion_mask.bool()] == 0).all()
+
+
 def test_completion_logprobs_match_the_logprobs_generation_reported(policy_dir):
     """What a trainer scores is exactly what the rollout generated: same prompt, same tokens, same probabilities."""
     loaded = load_policy_model(policy_dir)
