@@ -9,11 +9,12 @@ The base policy is the careless tool agent (`simulation.careless_agent`, built o
 every step of a difficulty-1 shop task and slips at temperature 1, so the feedback has something within its reach to
 fix. `--env toolshop` starts from the shipped policy at difficulty 2 instead, whose failures are a missing skill.
 
-Each seed runs in a process of its own, with a Tandem of its own (a real web server and Celery worker on the embedded
-defaults, as `bench/loop.py` starts them); there each arm is a project, with the same base policy and the same
-training and held-out tasks as every other arm of its seed. Per round, the current policy plays `--tasks` training
-tasks × `--samples`; the rollout queues what the arm labels, the crowd of simulated annotators (B-Pref teachers with
-their rationality and mistake rates) labels until the arm's annotator time, by the annotator-time model
+Each seed runs in a process of its own, all at once (one after another when `--port` names a port), with a Tandem of
+its own (a real web server and Celery worker on the embedded defaults, as `bench/loop.py` starts them); there each arm
+is a project, with the same base policy and the same training and held-out tasks as every other arm of its seed (the
+base policy is scored once a seed, in the oracle arm's first run). Per round, the current policy plays `--tasks`
+training tasks × `--samples`; the rollout queues what the arm labels, the crowd of simulated annotators (B-Pref
+teachers with their rationality and mistake rates) labels until the arm's annotator time, by the annotator-time model
 (`feedback_app.annotator_time`, set with `--annotator_seconds`), reaches the round's budget; unlabelled items stay
 queued for the next round. Then:
 
@@ -169,6 +170,10 @@ def _numbers(parser: argparse.ArgumentParser, name: str, text: str, kind: type) 
 class ArmLoop(loop.Loop):
     """bench/loop.py's rounds, with each case an arm: what it queues and labels, its judges and its policy run."""
 
+    def say(self, text: str) -> None:
+        # The seeds run at once, so each line names its seed as well as its arm.
+        print(f"[seed {self.args.seed} {getattr(self.local, 'case', '-')}] {text}", flush=True)
+
     def round_budget(self, round_: int) -> float:
         """The round's annotator seconds: its cumulative budget minus the last round's."""
         minutes = self.args.budget_minutes
@@ -213,11 +218,20 @@ class ArmLoop(loop.Loop):
             judges[f"{kind}_seconds"] = run["summary"].get("train_seconds")
         return judges
 
+    @property
+    def base_arm(self) -> str:
+        """The arm whose first policy run also scores the base policy: every arm of a seed starts from the same
+        policy and is scored on the same held-out tasks with the same seed, so one scoring serves them all (the
+        oracle's, which labels nothing and so finishes first)."""
+        names = self.args.arm_names
+        return "oracle" if "oracle" in names else names[0]
+
     def train_policy(
         self, project: int, policy: int, round_: int, judges: dict[str, Any] | None, case: str
     ) -> dict[str, Any]:
         arm = ARMS[case]
         body, config = self.policy_run(arm.method, policy, round_)
+        config["eval_base"] = round_ == 0 and case == self.base_arm
         if arm.method == "dpo":
             body["snapshot"] = self.snapshot(project, "step_preference", f"step-preferences-r{round_}")
         elif not arm.judges:
@@ -380,26 +394,47 @@ def chart(summary: dict[str, Any], decoding: str) -> str:
 def run_seed(args: argparse.Namespace, seed: int, policy_dir: Path, work: Path) -> dict[str, Any]:
     seeded = argparse.Namespace(**{**vars(args), "seed": seed})
     crowd = loop.crowd_members(args.crowd, seed)
-    results = loop.run_cases(ArmLoop(seeded, crowd, []), args.arm_names, policy_dir, work / f"data-seed{seed}")
-    return {arm: {"base": base, "points": [asdict(p) for p in points]} for arm, (base, points) in results.items()}
+    arms = ArmLoop(seeded, crowd, [])
+    results = loop.run_cases(arms, args.arm_names, policy_dir, work / f"data-seed{seed}")
+    base = results[arms.base_arm][0]
+    return {
+        arm: {"base": base, "points": [with_base(p, base) for p in points]} for arm, (_, points) in results.items()
+    }
 
 
-def seed_in_own_process(argv: list[str], seed: int, work: Path) -> dict[str, Any]:
-    """Run one seed's arms by starting this bench again with that seed alone; what they did."""
-    path = work / f"seed{seed}.json"
-    path.unlink(missing_ok=True)
-    command = [sys.executable, str(Path(__file__).resolve()), *argv, "--seeds", str(seed), "--seed_json", str(path)]
-    child = subprocess.Popen(command, cwd=ROOT)
-    try:
-        status = child.wait()
-    except BaseException:
-        # SIGTERM, not the kill subprocess.run would send: the seed's own `finally` stops its servers.
-        child.terminate()
-        child.wait(timeout=120)
-        raise
-    if status != 0:
-        raise SystemExit(f"seed {seed} failed (exit status {status})")
-    return json.loads(path.read_text())
+def with_base(point: loop.Point, base: dict[str, Any]) -> dict[str, Any]:
+    """`point` as a dict, its gains paired with the seed's one scoring of the base policy."""
+    from reward_models.finetune.evaluation import success_gain
+
+    final = {f"{decoding}_success": getattr(point, decoding) for decoding in DECODINGS}
+    final |= {f"{decoding}_per_task": tasks for decoding, tasks in point.per_task.items()}
+    return asdict(point) | {"gains": success_gain({"base": base, "final": final})}
+
+
+def seeds_in_own_processes(argv: list[str], seeds: list[int], work: Path, at_once: bool) -> dict[int, dict[str, Any]]:
+    """Run each seed's arms by starting this bench again with that seed alone, all seeds at once (`at_once`: each
+    with a Tandem of its own on a free port, so the cores stay busy while one seed waits on its slowest arm) or one
+    after another; what they did, by seed."""
+    paths = {seed: work / f"seed{seed}.json" for seed in seeds}
+    waves = [seeds] if at_once else [[seed] for seed in seeds]
+    for wave in waves:
+        children = {}
+        try:
+            for seed in wave:
+                paths[seed].unlink(missing_ok=True)
+                command = [sys.executable, str(Path(__file__).resolve()), *argv, "--seeds", str(seed)]
+                children[seed] = subprocess.Popen([*command, "--seed_json", str(paths[seed])], cwd=ROOT)
+            failed = {seed: status for seed, child in children.items() if (status := child.wait()) != 0}
+        except BaseException:
+            # SIGTERM, not the kill subprocess.run would send: each seed's own `finally` stops its servers.
+            for child in children.values():
+                child.terminate()
+            for child in children.values():
+                child.wait(timeout=120)
+            raise
+        if failed:
+            raise SystemExit(f"seeds failed (exit status by seed): {failed}")
+    return {seed: json.loads(paths[seed].read_text()) for seed in seeds}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -415,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.seed_json).write_text(json.dumps(run_seed(args, seed, policy_dir, work), default=str))
         return 0
     started = time.monotonic()
-    runs = {seed: seed_in_own_process(argv, seed, work) for seed in args.seed_list}
+    runs = seeds_in_own_processes(argv, args.seed_list, work, at_once=not args.port)
     summary = summarise(runs, args.budget_minutes)
     base = {seed: next(iter(arms.values()))["base"] for seed, arms in runs.items()}
     print_report(summary, base)

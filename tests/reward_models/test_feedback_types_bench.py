@@ -143,3 +143,38 @@ def test_the_printed_report_names_every_arm_and_the_verdict(bench, capsys):
     shown = capsys.readouterr().out
     assert "seed 0: base policy greedy 37.5%, sampled 37.5%" in shown
     assert "comparisons" in shown and "step_labels" in shown and "best_arm: comparisons" in shown
+
+
+def test_one_scoring_of_the_base_policy_serves_every_arm_of_a_seed(bench):
+    import argparse
+
+    arms = bench.ArmLoop.__new__(bench.ArmLoop)
+    arms.args = argparse.Namespace(arm_names=["comparisons", "mix", "oracle"])
+    assert arms.base_arm == "oracle"
+    arms.args.arm_names = ["step_labels", "mix"]
+    assert arms.base_arm == "step_labels"
+
+    base = {
+        "greedy_success": 1.0,
+        "sampled_success": 0.25,
+        "greedy_per_task": [1.0, 1.0, 1.0, 1.0],
+        "sampled_per_task": [0.0, 0.5, 0.5, 0.0],
+    }
+    point = bench.loop.Point(
+        round=1,
+        comparisons=10,
+        step_items=0,
+        greedy=1.0,
+        greedy_stderr=0.0,
+        sampled=0.75,
+        sampled_stderr=0.1,
+        policy_version=3,
+        seconds=1.0,
+        per_task={"greedy": [1.0, 1.0, 1.0, 1.0], "sampled": [1.0, 1.0, 0.5, 0.5]},
+    )
+    row = bench.with_base(point, base)
+    # The gains are over the shared base, paired by task: differences 1, 0.5, 0, 0.5.
+    assert row["gains"]["sampled_gain"] == pytest.approx(0.5)
+    assert row["gains"]["sampled_gain_stderr"] == pytest.approx(math.sqrt(1 / 6) / 2)
+    assert row["gains"]["greedy_gain"] == 0.0
+    assert row["comparisons"] == 10 and row["per_task"] == point.per_task
