@@ -36,7 +36,7 @@ from reward_models.finetune.ppo_rewards import (
     oracle_rewards,
     whiten,
 )
-from reward_models.finetune.turn_batches import TurnBatch, episode_encodings, pad_turns, token_logprobs
+from reward_models.finetune.turn_batches import align_turns, completion_logits, episode_encodings, token_logprobs
 from reward_models.policy.turns import TurnEncoding
 
 if TYPE_CHECKING:
@@ -119,9 +119,8 @@ class PPORun:
         # Under the policy's autocast, a frozen reference computes exactly as the policy does (KL 0 while equal).
         with torch.no_grad(), self.accelerator.autocast():
             for first in range(0, len(encodings), self.config.batch_size):
-                batch = pad_turns(encodings[first : first + self.config.batch_size], self.tokenizer.pad_token_id)
-                batch = batch.to(self.accelerator.device)
-                logits = _logits(model, batch, self.config.temperature)
+                batch = align_turns(encodings[first : first + self.config.batch_size], self.tokenizer.pad_token_id)
+                logits, batch = completion_logits(model, batch.to(self.accelerator.device), self.config.temperature)
                 logprobs = token_logprobs(model, batch, logits)
                 mask = batch.completion_mask.bool()
                 entropy_sum += float(_entropy(logits, mask))
@@ -219,8 +218,8 @@ class PPORun:
             shuffler.shuffle(turns)
             for first in range(0, len(turns), config.batch_size):
                 chosen = turns[first : first + config.batch_size]
-                padded = pad_turns([batch.encodings[i] for i in chosen], self.tokenizer.pad_token_id).to(device)
-                logits = _logits(self.model, padded, config.temperature)
+                padded = align_turns([batch.encodings[i] for i in chosen], self.tokenizer.pad_token_id).to(device)
+                logits, padded = completion_logits(self.model, padded, config.temperature)
                 new = token_logprobs(self.model, padded, logits)
                 mask = padded.completion_mask.float()
                 old = _scatter([batch.old_logprobs[i] for i in chosen], padded.completion_mask)
@@ -311,12 +310,6 @@ class PPORun:
         save_loop_checkpoint(self.accelerator, self.config, iteration, self.state)
         if self.accelerator.is_main_process:
             _remove_unreferenced_best(self.config, self.state)
-
-
-def _logits(model: PreTrainedModel, batch: TurnBatch, temperature: float) -> torch.Tensor:
-    """The logits the rollouts sampled from: at `temperature`, as generate() scales them."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    return logits / temperature if temperature != 1.0 else logits
 
 
 def _entropy(logits: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:

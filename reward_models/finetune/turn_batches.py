@@ -63,12 +63,28 @@ def episode_encodings(
 
 @dataclass
 class TurnBatch:
-    input_ids: torch.Tensor  # (B, T), right-padded
+    input_ids: torch.Tensor  # (B, T): right-padded (`pad_turns`), or completions aligned (`align_turns`)
     attention_mask: torch.Tensor  # (B, T)
     completion_mask: torch.Tensor  # (B, T): 1 on the policy's own tokens, 0 on prompt and padding
+    # Each token's position in its own row, where padding comes before a row's tokens (`align_turns`).
+    position_ids: torch.Tensor | None = None
 
     def to(self, device: Any) -> TurnBatch:
-        return TurnBatch(self.input_ids.to(device), self.attention_mask.to(device), self.completion_mask.to(device))
+        return TurnBatch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.completion_mask.to(device),
+            None if self.position_ids is None else self.position_ids.to(device),
+        )
+
+    def columns(self, first: int) -> TurnBatch:
+        """The batch from column `first` on."""
+        return TurnBatch(
+            self.input_ids[:, first:],
+            self.attention_mask[:, first:],
+            self.completion_mask[:, first:],
+            None if self.position_ids is None else self.position_ids[:, first:],
+        )
 
 
 def pad_turns(encodings: Sequence[TurnEncoding], pad_token_id: int, max_length: int | None = None) -> TurnBatch:
@@ -96,6 +112,59 @@ def pad_turns(encodings: Sequence[TurnEncoding], pad_token_id: int, max_length: 
         attention_mask[index, : len(row)] = 1
         completion_mask[index, : len(row)] = torch.tensor(mask, dtype=torch.long)
     return TurnBatch(input_ids, attention_mask, completion_mask)
+
+
+def align_turns(encodings: Sequence[TurnEncoding], pad_token_id: int) -> TurnBatch:
+    """One batch of turns in which every completion starts at the same column: prompts padded on the left,
+    completions on the right, and position ids that count each row's own tokens (so a row computes as it would alone).
+    The logits that score the completions are then the same last columns of every row (`completion_logits`)."""
+    import torch
+
+    if not encodings:
+        raise ValueError("align_turns needs at least one turn")
+    prompt_width = max(len(encoding.prompt_ids) for encoding in encodings)
+    completion_width = max(len(encoding.completion_ids) for encoding in encodings)
+    shape = (len(encodings), prompt_width + completion_width)
+    input_ids = torch.full(shape, pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros(shape, dtype=torch.long)
+    completion_mask = torch.zeros(shape, dtype=torch.long)
+    for index, encoding in enumerate(encodings):
+        prompt, completion = list(encoding.prompt_ids), list(encoding.completion_ids)
+        start, end = prompt_width - len(prompt), prompt_width + len(completion)
+        input_ids[index, start:end] = torch.tensor(prompt + completion, dtype=torch.long)
+        attention_mask[index, start:end] = 1
+        completion_mask[index, prompt_width:end] = 1
+    position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+    return TurnBatch(input_ids, attention_mask, completion_mask, position_ids)
+
+
+def completion_logits(
+    model: PreTrainedModel, batch: TurnBatch, temperature: float = 1.0
+) -> tuple[torch.Tensor, TurnBatch]:
+    """The logits of an aligned batch (`align_turns`) at the columns that predict its completion tokens, at
+    `temperature` as sampling scaled them, and the batch cut to those columns: `token_logprobs(model, cut, logits)`
+    and a mask of `cut` line up with them. The language-model head and the softmax then run on the completions
+    only, not on every prompt token (with a large vocabulary the logits of whole prompts outweigh the model); the
+    head is cut inside the model where its forward takes `logits_to_keep`, as transformers' causal LMs do."""
+    completion_columns = batch.completion_mask.any(dim=0).nonzero()
+    first = max(int(completion_columns[0]) - 1, 0) if len(completion_columns) else 0
+    keep = batch.input_ids.shape[1] - first
+    extra = {"logits_to_keep": keep} if _takes_logits_to_keep(model) else {}
+    output = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, **extra
+    )
+    logits = output.logits[:, -keep:]
+    return (logits / temperature if temperature != 1.0 else logits), batch.columns(first)
+
+
+def _takes_logits_to_keep(model: Any) -> bool:
+    """Whether the model under any DistributedDataParallel or peft wrapper takes `logits_to_keep`."""
+    import inspect
+
+    inner = getattr(model, "module", model)
+    if hasattr(inner, "get_base_model"):
+        inner = inner.get_base_model()
+    return "logits_to_keep" in inspect.signature(inner.forward).parameters
 
 
 def token_logprobs(

@@ -18,6 +18,8 @@ from reward_models.finetune.loops import make_accelerator, out_of_time, resume_l
 from reward_models.finetune.policy_model import load_policy_model
 from reward_models.finetune.trl_runs import trainer_time_limit
 from reward_models.finetune.turn_batches import (
+    align_turns,
+    completion_logits,
     completion_logprobs,
     episode_encodings,
     pad_turns,
@@ -119,6 +121,29 @@ def test_token_logprobs_are_the_full_log_softmax_at_completion_tokens_and_zero_e
     assert got.shape == batch.input_ids.shape
     assert torch.allclose(got, expected, atol=1e-5)
     assert (got[batch.completion_mask.bool()] <= 0).all() and (got[~batch.completion_mask.bool()] == 0).all()
+
+
+def test_aligned_turns_score_their_completions_as_right_padded_turns_do_from_the_completion_columns_alone(policy_dir):
+    loaded = load_policy_model(policy_dir)
+    encodings = encode_conversation(loaded.tokenizer, row_conversation(CONVERSATION), None, None)
+    encodings.append(TurnEncoding(encodings[0].prompt_ids[-3:], encodings[-1].completion_ids[:2]))
+    padded = pad_turns(encodings, loaded.tokenizer.pad_token_id)
+    expected = token_logprobs(loaded.model, padded)
+
+    aligned = align_turns(encodings, loaded.tokenizer.pad_token_id)
+    logits, cut = completion_logits(loaded.model, aligned)
+
+    # Every completion starts at the same column, and the logits start one column before it.
+    width = max(len(e.prompt_ids) for e in encodings)
+    assert all(aligned.completion_mask[row, width] == 1 for row in range(len(encodings)))
+    assert logits.shape[1] == cut.input_ids.shape[1] == aligned.input_ids.shape[1] - width + 1
+    got = token_logprobs(loaded.model, cut, logits)
+    for row in range(len(encodings)):
+        assert torch.allclose(
+            got[row][cut.completion_mask[row].bool()], expected[row][padded.completion_mask[row].bool()], atol=1e-5
+        )
+    hot = completion_logits(loaded.model, aligned, temperature=0.5)[0]
+    assert torch.allclose(hot, logits / 0.5)
 
 
 def test_completion_logprobs_match_the_logprobs_generation_reported(policy_dir):

@@ -168,15 +168,15 @@ def test_observation_tokens_get_no_gradient_in_the_ppo_update(tiny_policy_dir, j
     prompt_lengths = {tuple(e.prompt_ids + e.completion_ids): len(e.prompt_ids) for e in batch.encodings}
     inputs, logits = [], []
 
-    def keep_inputs(module, args, output):
-        inputs.append(args[0])
+    def keep_inputs(module, args, kwargs):
+        inputs.append((kwargs["input_ids"], kwargs["attention_mask"]))
 
     def keep_gradient(module, args, output):
         output.retain_grad()
         logits.append(output)
 
     hooks = [
-        run.policy.get_input_embeddings().register_forward_hook(keep_inputs),
+        run.model.register_forward_pre_hook(keep_inputs, with_kwargs=True),
         run.policy.lm_head.register_forward_hook(keep_gradient),
     ]
     try:
@@ -185,13 +185,17 @@ def test_observation_tokens_get_no_gradient_in_the_ppo_update(tiny_policy_dir, j
         for hook in hooks:
             hook.remove()
     assert len(logits) == config.ppo_epochs * math.ceil(len(batch.encodings) / config.batch_size)
-    for input_ids, output in zip(inputs, logits, strict=True):
+    for (input_ids, attention_mask), output in zip(inputs, logits, strict=True):
         gradient = output.grad.abs().sum(-1)
-        # The logits at position t predict token t + 1: only those predicting a completion token may get a gradient.
+        # The head ran on the last columns only: the logits at column t predict token t + 1, and only those
+        # predicting a completion token may get a gradient.
+        first = input_ids.shape[1] - gradient.shape[1]
+        assert first > 0
         predicts_completion = torch.zeros_like(gradient, dtype=torch.bool)
-        for row, ids in enumerate(input_ids.tolist()):
-            length = next(n for n in range(len(ids), 0, -1) if tuple(ids[:n]) in prompt_lengths)
-            predicts_completion[row, prompt_lengths[tuple(ids[:length])] - 1 : length - 1] = True
+        for row in range(input_ids.shape[0]):
+            columns = attention_mask[row].nonzero().flatten().tolist()
+            completion_start = columns[0] + prompt_lengths[tuple(input_ids[row, columns].tolist())]
+            predicts_completion[row, completion_start - 1 - first : columns[-1] - first] = True
         assert gradient[~predicts_completion].max() == 0
         assert gradient[predicts_completion].gt(0).float().mean() > 0.5
 
