@@ -160,18 +160,9 @@ def test_one_scoring_of_the_base_policy_serves_every_arm_of_a_seed(bench):
         "greedy_per_task": [1.0, 1.0, 1.0, 1.0],
         "sampled_per_task": [0.0, 0.5, 0.5, 0.0],
     }
-    point = bench.loop.Point(
-        round=1,
-        comparisons=10,
-        step_items=0,
-        greedy=1.0,
-        greedy_stderr=0.0,
-        sampled=0.75,
-        sampled_stderr=0.1,
-        policy_version=3,
-        seconds=1.0,
-        per_task={"greedy": [1.0, 1.0, 1.0, 1.0], "sampled": [1.0, 1.0, 0.5, 0.5]},
-    )
+    per_task = {"greedy": [1.0, 1.0, 1.0, 1.0], "sampled": [1.0, 1.0, 0.5, 0.5]}
+    figures = dict(round=1, comparisons=10, step_items=0, policy_version=3, seconds=1.0, per_task=per_task)
+    point = bench.loop.Point(greedy=1.0, greedy_stderr=0.0, sampled=0.75, sampled_stderr=0.1, **figures)
     row = bench.with_base(point, base)
     # The gains are over the shared base, paired by task: differences 1, 0.5, 0, 0.5.
     assert row["gains"]["sampled_gain"] == pytest.approx(0.5)
