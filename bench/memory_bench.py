@@ -156,17 +156,22 @@ def generate(model, tokenizer, args) -> dict:
 
 
 def ppo_lora(model, tokenizer, args) -> dict:
-    """One PPO iteration's memory, with Tandem's pieces: rollouts by `LocalCausalLMPolicy`, log-probabilities by
-    `turn_batches.token_logprobs` under autocast, the clipped loss on the completion tokens, and a LoRA value critic
-    fitted by `ppo_rewards.critic_forward`."""
+    """One PPO iteration's memory, with Tandem's pieces: rollouts by `LocalCausalLMPolicy`, log-probabilities as
+    PPO takes them (`turn_batches.align_turns`, then the completion columns' logits by `completion_logits` and
+    `token_logprobs`) under autocast, the clipped loss on the completion tokens, and a LoRA value critic fitted by
+    `ppo_rewards.critic_forward`."""
     import torch
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import Qwen2Config, Qwen2ForTokenClassification
 
     from reward_models.finetune.policy_model import disable_dropout
     from reward_models.finetune.ppo_rewards import CriticWindow, critic_forward
-    from reward_models.finetune.turn_batches import pad_turns, token_logprobs
+    from reward_models.finetune.turn_batches import align_turns, completion_logits, token_logprobs
     from reward_models.policy.turns import TurnEncoding
+
+    def logprobs(batch):
+        logits, cut = completion_logits(policy_model, batch)
+        return token_logprobs(policy_model, cut, logits), cut
 
     autocast = _autocast(args)
     policy_model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=args.lora_r, lora_alpha=2 * args.lora_r))
@@ -188,16 +193,16 @@ def ppo_lora(model, tokenizer, args) -> dict:
     old, reference = [], []
     with torch.no_grad(), autocast:
         for first in range(0, len(encodings), args.minibatch):
-            batch = pad_turns(encodings[first : first + args.minibatch], 0).to(args.device)
-            old.append(token_logprobs(policy_model, batch))
+            batch = align_turns(encodings[first : first + args.minibatch], 0).to(args.device)
+            old.append(logprobs(batch)[0])
             with policy_model.disable_adapter():
-                reference.append(token_logprobs(policy_model, batch))
+                reference.append(logprobs(batch)[0])
     losses = []
     for index, first in enumerate(range(0, len(encodings), args.minibatch)):
-        batch = pad_turns(encodings[first : first + args.minibatch], 0).to(args.device)
+        batch = align_turns(encodings[first : first + args.minibatch], 0).to(args.device)
         with autocast:
-            new = token_logprobs(policy_model, batch)
-        mask = batch.completion_mask.float()
+            new, cut = logprobs(batch)
+        mask = cut.completion_mask.float()
         advantage = torch.randn(new.shape[0], 1, device=new.device)
         ratio = (new - old[index]).exp()
         surrogate = torch.max(-advantage * ratio, -advantage * ratio.clamp(0.8, 1.2))
