@@ -157,7 +157,7 @@ def generate(model, tokenizer, args) -> dict:
 
 def ppo_lora(model, tokenizer, args) -> dict:
     """One PPO iteration's memory, with Tandem's pieces: rollouts by `LocalCausalLMPolicy`, log-probabilities as
-    PPO takes them (`turn_batches.align_turns`, then the completion columns' logits by `completion_logits` and
+    PPO takes them (`turn_batches.pad_turns`, then the completion columns' logits by `completion_logits` and
     `token_logprobs`) under autocast, the clipped loss on the completion tokens, and a LoRA value critic fitted by
     `ppo_rewards.critic_forward`."""
     import torch
@@ -166,7 +166,7 @@ def ppo_lora(model, tokenizer, args) -> dict:
 
     from reward_models.finetune.policy_model import disable_dropout
     from reward_models.finetune.ppo_rewards import CriticWindow, critic_forward
-    from reward_models.finetune.turn_batches import align_turns, completion_logits, token_logprobs
+    from reward_models.finetune.turn_batches import completion_logits, pad_turns, token_logprobs
     from reward_models.policy.turns import TurnEncoding
 
     def logprobs(batch):
@@ -193,13 +193,13 @@ def ppo_lora(model, tokenizer, args) -> dict:
     old, reference = [], []
     with torch.no_grad(), autocast:
         for first in range(0, len(encodings), args.minibatch):
-            batch = align_turns(encodings[first : first + args.minibatch], 0).to(args.device)
+            batch = pad_turns(encodings[first : first + args.minibatch], 0).to(args.device)
             old.append(logprobs(batch)[0])
             with policy_model.disable_adapter():
                 reference.append(logprobs(batch)[0])
     losses = []
     for index, first in enumerate(range(0, len(encodings), args.minibatch)):
-        batch = align_turns(encodings[first : first + args.minibatch], 0).to(args.device)
+        batch = pad_turns(encodings[first : first + args.minibatch], 0).to(args.device)
         with autocast:
             new, cut = logprobs(batch)
         mask = cut.completion_mask.float()

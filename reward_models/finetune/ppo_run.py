@@ -36,7 +36,7 @@ from reward_models.finetune.ppo_rewards import (
     oracle_rewards,
     whiten,
 )
-from reward_models.finetune.turn_batches import align_turns, completion_logits, episode_encodings, token_logprobs
+from reward_models.finetune.turn_batches import completion_logits, episode_encodings, pad_turns, token_logprobs
 from reward_models.policy.turns import TurnEncoding
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ class PPORun:
         # Under the policy's autocast, a frozen reference computes exactly as the policy does (KL 0 while equal).
         with torch.no_grad(), self.accelerator.autocast():
             for first in range(0, len(encodings), self.config.batch_size):
-                batch = align_turns(encodings[first : first + self.config.batch_size], self.tokenizer.pad_token_id)
+                batch = pad_turns(encodings[first : first + self.config.batch_size], self.tokenizer.pad_token_id)
                 logits, batch = completion_logits(model, batch.to(self.accelerator.device), self.config.temperature)
                 logprobs = token_logprobs(model, batch, logits)
                 mask = batch.completion_mask.bool()
@@ -218,7 +218,7 @@ class PPORun:
             shuffler.shuffle(turns)
             for first in range(0, len(turns), config.batch_size):
                 chosen = turns[first : first + config.batch_size]
-                padded = align_turns([batch.encodings[i] for i in chosen], self.tokenizer.pad_token_id).to(device)
+                padded = pad_turns([batch.encodings[i] for i in chosen], self.tokenizer.pad_token_id).to(device)
                 logits, padded = completion_logits(self.model, padded, config.temperature)
                 new = token_logprobs(self.model, padded, logits)
                 mask = padded.completion_mask.float()

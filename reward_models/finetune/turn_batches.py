@@ -63,10 +63,10 @@ def episode_encodings(
 
 @dataclass
 class TurnBatch:
-    input_ids: torch.Tensor  # (B, T): right-padded (`pad_turns`), or completions aligned (`align_turns`)
+    input_ids: torch.Tensor  # (B, T): prompts padded on the left, completions on the right (`pad_turns`)
     attention_mask: torch.Tensor  # (B, T)
     completion_mask: torch.Tensor  # (B, T): 1 on the policy's own tokens, 0 on prompt and padding
-    # Each token's position in its own row, where padding comes before a row's tokens (`align_turns`).
+    # Each token's position in its own row (the padding before a row's tokens does not count).
     position_ids: torch.Tensor | None = None
 
     def to(self, device: Any) -> TurnBatch:
@@ -88,48 +88,29 @@ class TurnBatch:
 
 
 def pad_turns(encodings: Sequence[TurnEncoding], pad_token_id: int, max_length: int | None = None) -> TurnBatch:
-    """One batch of turns, right-padded. With `max_length`, a prompt too long is cut from the left (the oldest
-    history goes first) and a completion longer than `max_length` is cut at the end."""
+    """One batch of turns in which every completion starts at the same column: prompts padded on the left,
+    completions on the right, and position ids that count each row's own tokens (so a row computes as it would
+    alone). The logits that score the completions are then the same last columns of every row (`completion_logits`).
+    With `max_length`, a prompt too long is cut from the left (the oldest history goes first) and a completion longer
+    than `max_length` is cut at the end."""
     import torch
 
     if not encodings:
         raise ValueError("pad_turns needs at least one turn")
-    rows, masks = [], []
+    turns = []
     for encoding in encodings:
         prompt, completion = list(encoding.prompt_ids), list(encoding.completion_ids)
         if max_length is not None and len(prompt) + len(completion) > max_length:
             completion = completion[:max_length]
             keep = max_length - len(completion)
             prompt = prompt[len(prompt) - keep :] if keep else []
-        rows.append(prompt + completion)
-        masks.append([0] * len(prompt) + [1] * len(completion))
-    width = max(len(row) for row in rows)
-    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    completion_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for index, (row, mask) in enumerate(zip(rows, masks, strict=True)):
-        input_ids[index, : len(row)] = torch.tensor(row, dtype=torch.long)
-        attention_mask[index, : len(row)] = 1
-        completion_mask[index, : len(row)] = torch.tensor(mask, dtype=torch.long)
-    return TurnBatch(input_ids, attention_mask, completion_mask)
-
-
-def align_turns(encodings: Sequence[TurnEncoding], pad_token_id: int) -> TurnBatch:
-    """One batch of turns in which every completion starts at the same column: prompts padded on the left,
-    completions on the right, and position ids that count each row's own tokens (so a row computes as it would alone).
-    The logits that score the completions are then the same last columns of every row (`completion_logits`)."""
-    import torch
-
-    if not encodings:
-        raise ValueError("align_turns needs at least one turn")
-    prompt_width = max(len(encoding.prompt_ids) for encoding in encodings)
-    completion_width = max(len(encoding.completion_ids) for encoding in encodings)
-    shape = (len(encodings), prompt_width + completion_width)
+        turns.append((prompt, completion))
+    prompt_width = max(len(prompt) for prompt, _ in turns)
+    shape = (len(turns), prompt_width + max(len(completion) for _, completion in turns))
     input_ids = torch.full(shape, pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros(shape, dtype=torch.long)
     completion_mask = torch.zeros(shape, dtype=torch.long)
-    for index, encoding in enumerate(encodings):
-        prompt, completion = list(encoding.prompt_ids), list(encoding.completion_ids)
+    for index, (prompt, completion) in enumerate(turns):
         start, end = prompt_width - len(prompt), prompt_width + len(completion)
         input_ids[index, start:end] = torch.tensor(prompt + completion, dtype=torch.long)
         attention_mask[index, start:end] = 1
@@ -141,7 +122,7 @@ def align_turns(encodings: Sequence[TurnEncoding], pad_token_id: int) -> TurnBat
 def completion_logits(
     model: PreTrainedModel, batch: TurnBatch, temperature: float = 1.0
 ) -> tuple[torch.Tensor, TurnBatch]:
-    """The logits of an aligned batch (`align_turns`) at the columns that predict its completion tokens, at
+    """The logits of a batch of turns (`pad_turns`) at the columns that predict its completion tokens, at
     `temperature` as sampling scaled them, and the batch cut to those columns: `token_logprobs(model, cut, logits)`
     and a mask of `cut` line up with them. The language-model head and the softmax then run on the completions
     only, not on every prompt token (with a large vocabulary the logits of whole prompts outweigh the model); the
@@ -171,16 +152,17 @@ def token_logprobs(
     model: PreTrainedModel, batch: TurnBatch, logits: torch.Tensor | None = None, *, temperature: float = 1.0
 ) -> torch.Tensor:
     """(B, T): log p(token t | tokens before it) at completion tokens, 0 elsewhere (and at position 0). Pass
-    `logits` when the caller already ran the model (e.g. to take the entropy too). With `temperature`, the model's
-    own logits are divided by it first, as sampling at that temperature did: an on-policy update scores the tokens
-    under the distribution that drew them."""
+    `logits` (as wide as `batch`) when the caller already ran the model, e.g. to take the entropy too; without them,
+    the model scores the completion columns only (`completion_logits`). With `temperature`, the model's own logits
+    are divided by it first, as sampling at that temperature did: an on-policy update scores the tokens under the
+    distribution that drew them."""
     import torch
 
     if logits is None:
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        if temperature != 1.0:
-            logits = logits / temperature
-    elif temperature != 1.0:
+        logits, cut = completion_logits(model, batch, temperature)
+        scored = token_logprobs(model, cut, logits)
+        return torch.nn.functional.pad(scored, (batch.input_ids.shape[1] - scored.shape[1], 0))
+    if temperature != 1.0:
         raise ValueError("temperature: given logits are used as they are; scale them before passing them")
     # Only the rows that predict a completion token go through the log-softmax: a turn's prompt is most of its
     # tokens, and the normaliser over the whole vocabulary at every position was most of this function's time.

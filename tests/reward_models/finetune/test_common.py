@@ -18,7 +18,6 @@ from reward_models.finetune.loops import make_accelerator, out_of_time, resume_l
 from reward_models.finetune.policy_model import load_policy_model
 from reward_models.finetune.trl_runs import trainer_time_limit
 from reward_models.finetune.turn_batches import (
-    align_turns,
     completion_logits,
     completion_logprobs,
     episode_encodings,
@@ -85,18 +84,22 @@ def test_a_tool_calling_turn_is_prompted_with_its_tools_and_trained_on_its_own_t
     assert trained == spans
 
 
-def test_pad_turns_marks_only_completion_tokens_and_cuts_long_prompts_from_the_left():
+def test_pad_turns_starts_every_completion_at_one_column_and_cuts_long_prompts_from_the_left():
     batch = pad_turns([TurnEncoding([1, 2, 3], [4, 5]), TurnEncoding([6], [7])], pad_token_id=0, max_length=4)
-    assert batch.input_ids.tolist() == [[2, 3, 4, 5], [6, 7, 0, 0]]
-    assert batch.completion_mask.tolist() == [[0, 0, 1, 1], [0, 1, 0, 0]]
-    assert batch.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert batch.input_ids.tolist() == [[2, 3, 4, 5], [0, 6, 7, 0]]
+    assert batch.completion_mask.tolist() == [[0, 0, 1, 1], [0, 0, 1, 0]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1], [0, 1, 1, 0]]
+    # Each row counts its own tokens: the padding before a prompt takes no position.
+    assert batch.position_ids[1, 1:3].tolist() == [0, 1] and batch.position_ids[0].tolist() == [0, 1, 2, 3]
 
 
 def test_no_gradient_reaches_the_logits_of_observation_or_padding_positions(policy_dir):
     loaded = load_policy_model(policy_dir)
     encodings = encode_conversation(loaded.tokenizer, row_conversation(CONVERSATION), None, None)
     batch = pad_turns(encodings, loaded.tokenizer.pad_token_id)
-    logits = loaded.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.detach()
+    logits = loaded.model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+    ).logits.detach()
     logits.requires_grad_(True)
     token_logprobs(loaded.model, batch, logits=logits).sum().backward()
     # The logit at position t predicts token t + 1: it gets a gradient exactly when token t + 1 is the policy's own.
@@ -112,7 +115,9 @@ def test_token_logprobs_are_the_full_log_softmax_at_completion_tokens_and_zero_e
     loaded = load_policy_model(policy_dir)
     encodings = encode_conversation(loaded.tokenizer, row_conversation(CONVERSATION), None, None)
     batch = pad_turns(encodings, loaded.tokenizer.pad_token_id)
-    logits = loaded.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.detach()
+    logits = loaded.model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+    ).logits.detach()
     expected = logits[:, :-1].log_softmax(-1).gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     expected = torch.nn.functional.pad(expected * batch.completion_mask[:, 1:], (1, 0))
 
@@ -123,26 +128,25 @@ def test_token_logprobs_are_the_full_log_softmax_at_completion_tokens_and_zero_e
     assert (got[batch.completion_mask.bool()] <= 0).all() and (got[~batch.completion_mask.bool()] == 0).all()
 
 
-def test_aligned_turns_score_their_completions_as_right_padded_turns_do_from_the_completion_columns_alone(policy_dir):
+def test_a_batch_of_turns_scores_each_completion_from_its_completion_columns_as_the_turn_alone_scores(policy_dir):
     loaded = load_policy_model(policy_dir)
     encodings = encode_conversation(loaded.tokenizer, row_conversation(CONVERSATION), None, None)
     encodings.append(TurnEncoding(encodings[0].prompt_ids[-3:], encodings[-1].completion_ids[:2]))
-    padded = pad_turns(encodings, loaded.tokenizer.pad_token_id)
-    expected = token_logprobs(loaded.model, padded)
+    alone = [token_logprobs(loaded.model, pad_turns([encoding], 0))[0] for encoding in encodings]
 
-    aligned = align_turns(encodings, loaded.tokenizer.pad_token_id)
-    logits, cut = completion_logits(loaded.model, aligned)
+    batch = pad_turns(encodings, loaded.tokenizer.pad_token_id)
+    logits, cut = completion_logits(loaded.model, batch)
 
     # Every completion starts at the same column, and the logits start one column before it.
     width = max(len(e.prompt_ids) for e in encodings)
-    assert all(aligned.completion_mask[row, width] == 1 for row in range(len(encodings)))
-    assert logits.shape[1] == cut.input_ids.shape[1] == aligned.input_ids.shape[1] - width + 1
+    assert all(batch.completion_mask[row, width] == 1 for row in range(len(encodings)))
+    assert logits.shape[1] == cut.input_ids.shape[1] == batch.input_ids.shape[1] - width + 1
     got = token_logprobs(loaded.model, cut, logits)
-    for row in range(len(encodings)):
-        assert torch.allclose(
-            got[row][cut.completion_mask[row].bool()], expected[row][padded.completion_mask[row].bool()], atol=1e-5
-        )
-    hot = completion_logits(loaded.model, aligned, temperature=0.5)[0]
+    for row, encoding in enumerate(encodings):
+        expected = alone[row][-len(encoding.completion_ids) :]
+        assert torch.allclose(got[row][cut.completion_mask[row].bool()], expected, atol=1e-5)
+    assert torch.allclose(token_logprobs(loaded.model, batch)[:, -logits.shape[1] :], got)
+    hot = completion_logits(loaded.model, batch, temperature=0.5)[0]
     assert torch.allclose(hot, logits / 0.5)
 
 
