@@ -135,8 +135,11 @@ def active_minus_random(seeds: list[Seed], cases: dict[str, Any]) -> dict[str, A
 
 
 def labels_for_random_gain(cases: dict[str, Any], decoding: str) -> dict[str, int | None]:
-    """On the mean curves: the fewest comparisons after which each case's mean gain reached random's final mean."""
+    """On the mean curves: the fewest comparisons after which each case's mean gain reached random's final mean
+    (None for both where random gained nothing: there is no gain to match)."""
     target = cases["random"][decoding]["mean_per_round"][-1]
+    if target <= 0:
+        return {"random": None, "active": None}
     reached = {}
     for case in ("random", "active"):
         curve = zip(cases[case]["comparisons"], cases[case][decoding]["mean_per_round"], strict=True)

@@ -256,6 +256,8 @@ def test_loop_seeds_reads_the_bars_on_the_means_over_seeds(loop_rounds, loop_see
     assert sampled["active"]["mean_per_round"] == pytest.approx([0.05, 0.025])
     # Active's mean curve passes random's final mean gain (+5 points) after its first 100 comparisons.
     assert summary["labels_for_random_mean_gain"]["sampled"] == {"random": 200, "active": 100}
+    # Random's greedy mean gain is nil: there is nothing to match, so no count for either case.
+    assert summary["labels_for_random_mean_gain"]["greedy"] == {"random": None, "active": None}
     assert summary["cases"]["active"]["greedy"]["share_of_oracle"] == pytest.approx(1.0)
     assert summary["cases"]["random"]["rm_last_round_by_type"] == {"one_succeeded": 0.9, "both_failed": 0.5}
     assert summary["cases"]["active"]["rm_last_round"] == pytest.approx(0.75)
