@@ -42,6 +42,7 @@ TITLES = {
     "import_bench": "Trajectory import throughput",
     "judge_oracle": "Judges against the oracle",
     "loop": "The feedback loop",
+    "loop_seeds": "The feedback loop over several seeds",
     "memory_bench": "Memory at the shape of a 0.5 B model",
     "policy_bench": "Policy methods compared",
     "tool_policy": "The built-in tool-calling policy",
