@@ -93,13 +93,19 @@ def test_pad_turns_starts_every_completion_at_one_column_and_cuts_long_prompts_f
     assert batch.position_ids[1, 1:3].tolist() == [0, 1] and batch.position_ids[0].tolist() == [0, 1, 2, 3]
 
 
-def test_no_gradient_reaches_the_logits_of_observation_or_padding_positions(policy_dir):
+def _scored_conversation(policy_dir):
+    """The policy, the conversation's turns, their batch, and the model's logits at every column (no gradient)."""
     loaded = load_policy_model(policy_dir)
     encodings = encode_conversation(loaded.tokenizer, row_conversation(CONVERSATION), None, None)
     batch = pad_turns(encodings, loaded.tokenizer.pad_token_id)
     logits = loaded.model(
         input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
     ).logits.detach()
+    return loaded, encodings, batch, logits
+
+
+def test_no_gradient_reaches_the_logits_of_observation_or_padding_positions(policy_dir):
+    loaded, encodings, batch, logits = _scored_conversation(policy_dir)
     logits.requires_grad_(True)
     token_logprobs(loaded.model, batch, logits=logits).sum().backward()
     # The logit at position t predicts token t + 1: it gets a gradient exactly when token t + 1 is the policy's own.
@@ -112,12 +118,7 @@ def test_no_gradient_reaches_the_logits_of_observation_or_padding_positions(poli
 
 
 def test_token_logprobs_are_the_full_log_softmax_at_completion_tokens_and_zero_elsewhere(policy_dir):
-    loaded = load_policy_model(policy_dir)
-    encodings = encode_conversation(loaded.tokenizer, row_conversation(CONVERSATION), None, None)
-    batch = pad_turns(encodings, loaded.tokenizer.pad_token_id)
-    logits = loaded.model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
-    ).logits.detach()
+    loaded, _, batch, logits = _scored_conversation(policy_dir)
     expected = logits[:, :-1].log_softmax(-1).gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     expected = torch.nn.functional.pad(expected * batch.completion_mask[:, 1:], (1, 0))
 
