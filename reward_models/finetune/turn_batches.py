@@ -165,7 +165,7 @@ def token_logprobs(
     if temperature != 1.0:
         raise ValueError("temperature: given logits are used as they are; scale them before passing them")
     # Only the rows that predict a completion token go through the log-softmax: a turn's prompt is most of its
-    # tokens, and the normaliser over the whole vocabulary at every position was most of this function's time.
+    # tokens, and the normaliser over the whole vocabulary is most of this function's cost at every row it runs on.
     mask = batch.completion_mask[:, 1:].bool()
     picked = logits[:, :-1][mask].float()
     chosen = picked.gather(-1, batch.input_ids[:, 1:][mask].unsqueeze(-1)).squeeze(-1) - picked.logsumexp(dim=-1)
