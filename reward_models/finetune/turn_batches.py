@@ -12,7 +12,7 @@ never targets: no loss is taken on them and no gradient reaches their logits.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from reward_models.conversation import Conversation, Message, build_conversation, split_conversation
@@ -66,25 +66,14 @@ class TurnBatch:
     input_ids: torch.Tensor  # (B, T): prompts padded on the left, completions on the right (`pad_turns`)
     attention_mask: torch.Tensor  # (B, T)
     completion_mask: torch.Tensor  # (B, T): 1 on the policy's own tokens, 0 on prompt and padding
-    # Each token's position in its own row (the padding before a row's tokens does not count).
-    position_ids: torch.Tensor | None = None
+    position_ids: torch.Tensor  # (B, T): each token's position in its own row (padding before it does not count)
 
     def to(self, device: Any) -> TurnBatch:
-        return TurnBatch(
-            self.input_ids.to(device),
-            self.attention_mask.to(device),
-            self.completion_mask.to(device),
-            None if self.position_ids is None else self.position_ids.to(device),
-        )
+        return TurnBatch(*(getattr(self, column.name).to(device) for column in fields(self)))
 
     def columns(self, first: int) -> TurnBatch:
         """The batch from column `first` on."""
-        return TurnBatch(
-            self.input_ids[:, first:],
-            self.attention_mask[:, first:],
-            self.completion_mask[:, first:],
-            None if self.position_ids is None else self.position_ids[:, first:],
-        )
+        return TurnBatch(*(getattr(self, column.name)[:, first:] for column in fields(self)))
 
 
 def pad_turns(encodings: Sequence[TurnEncoding], pad_token_id: int, max_length: int | None = None) -> TurnBatch:
