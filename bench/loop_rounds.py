@@ -103,7 +103,9 @@ class Loop:
         self, project: int, teacher: dict[str, Any] | None = None, budget: float | None = None
     ) -> dict[str, Any]:
         """The crowd labels the project's queue empty, each member with `teacher`'s settings over its own, or until
-        their labels record `budget` seconds of annotator time."""
+        their labels record `budget` seconds of annotator time. The members take turns, so a seed's run gets the same
+        labels every time (with a thread each, who answers which item, and so with which mistakes, would follow the
+        order leases land in)."""
         from feedback_app.simulated.annotator import run_crowd
         from feedback_app.simulated.teacher import TeacherConfig
 
@@ -112,7 +114,7 @@ class Loop:
             for key, member in zip(self.setup["crowd_keys"], self.crowd, strict=True)
         ]
         with self.labelling:
-            return run_crowd(self.url, project, members, time_model=self.time_model, max_seconds=budget)
+            return run_crowd(self.url, project, members, time_model=self.time_model, max_seconds=budget, in_turn=True)
 
     def strategies(self, project: int) -> dict[str, int]:
         """How many current comparisons were asked under each query strategy (as recorded on the labels)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +74,20 @@ class SimulatedAnnotator:
         Returns counts: `items` answered, labels stored by kind (`comparison`, `step_label`, `critique`,
         `intervention`), `skipped` items, `lost` ones (the lease ran out and others had labelled the item), and
         `seconds`: the annotator time the stored labels record."""
+        counts = dict.fromkeys(COUNTS, 0)
+        for _ in self.items(counts, max_labels, kinds, stop):
+            if on_item is not None:
+                on_item(counts)
+        return counts
+
+    def items(
+        self,
+        counts: dict[str, float],
+        max_labels: int | None = None,
+        kinds: Sequence[str] = KINDS,
+        stop: Callable[[], bool] | None = None,
+    ) -> Iterator[None]:
+        """As run(), one item at a time: each step leases and answers one item, adding to `counts`, and yields."""
         unknown = [kind for kind in kinds if kind not in KINDS]
         if unknown:
             raise ValueError(f"kinds: a simulated annotator labels {', '.join(KINDS)}, not {', '.join(unknown)}")
@@ -82,7 +96,6 @@ class SimulatedAnnotator:
         if self.environment is None:
             spec = project["environment_spec"]
             self.environment = load_environment(spec["dotted_path"], spec["config"])
-        counts = dict.fromkeys(COUNTS, 0)
         wanted = [kind for kind in kinds if kind != "step_label" or self.teacher.config.step_labels]
         while wanted and (max_labels is None or counts["items"] < max_labels) and not (stop and stop()):
             # Round robin over the kinds, so a crowd limited by max_labels answers some of each.
@@ -95,22 +108,24 @@ class SimulatedAnnotator:
                 self._compare(assignment, counts)
             else:
                 self._review(assignment, counts)
-            if on_item is not None:
-                on_item(counts)
-        return counts
+            yield
 
     # One item of each kind.
 
     def _compare(self, assignment: dict[str, Any], counts: dict[str, float]) -> None:
-        left, right = (self._trajectory(pk) for pk in assignment["trajectories"])
-        choice = self.teacher.compare(self._oracle(left.task), left.actions, right.actions)
+        # A B-Pref teacher has no side bias: it judges the pair in the item's own order (the lower id first), so its
+        # answers do not hang on which side each lease happens to show a trajectory; the label records the sides.
+        shown, order = assignment["trajectories"], assignment["displayed_order"]
+        first, second = shown if order == "ab" else shown[::-1]
+        one, other = self._trajectory(first), self._trajectory(second)
+        choice = self.teacher.compare(self._oracle(one.task), one.actions, other.actions)
         if choice is None:
             self._skip(assignment, "neither trajectory is good enough to tell apart", counts)
             return
         body = {
-            "trajectory_a": assignment["trajectories"][0],
-            "trajectory_b": assignment["trajectories"][1],
-            "displayed_order": "ab",  # trajectory_a as sent is the one shown on the left
+            "trajectory_a": first,
+            "trajectory_b": second,
+            "displayed_order": order,  # "ab": trajectory_a was shown on the left
             "choice": choice,
             "strength": 2,
         }
@@ -218,6 +233,7 @@ def run_crowd(
     on_progress: Callable[[dict[str, float]], None] | None = None,
     time_model: AnnotatorTime | None = None,
     max_seconds: float | None = None,
+    in_turn: bool = False,
 ) -> dict[str, Any]:
     """Run one simulated annotator per (API token, teacher config), each in its own thread, until the queue has
     nothing left for them (or each has answered `max_labels` items, or the labels stored by all of them record
@@ -228,7 +244,11 @@ def run_crowd(
     `seconds` count is the annotator time its labels record, by `time_model` (the defaults when None).
     `on_progress(total)` is called after every item answered by anyone. A shared `environment` must have a
     thread-safe oracle() (the gridworld's is); None lets each annotator build its own from the project's spec.
-    Raises RuntimeError after all threads end if any annotator failed."""
+    Raises RuntimeError after all threads end if any annotator failed.
+
+    `in_turn`: the members take turns in this thread instead, one item each in order, until none has anything left.
+    Which member answers which item then follows from the queue alone, not from which lease lands first, so the same
+    queue and crowd give the same labels every time (what a benchmark comparing runs needs)."""
     results: list[dict[str, float] | None] = [None] * len(members)
     errors: list[BaseException | None] = [None] * len(members)
     totals: dict[str, float] = {}
@@ -247,17 +267,22 @@ def run_crowd(
         with lock:
             return max_seconds is not None and totals.get("seconds", 0) >= max_seconds
 
-    def work(index: int, token: str, config: TeacherConfig) -> None:
+    def annotator(token: str, config: TeacherConfig) -> SimulatedAnnotator:
         client = ApiClient(base_url, token)
-        annotator = SimulatedAnnotator(client, project_id, ScriptedTeacher(config), environment, time_model)
+        return SimulatedAnnotator(client, project_id, ScriptedTeacher(config), environment, time_model)
+
+    def work(index: int, token: str, config: TeacherConfig) -> None:
         try:
-            results[index] = annotator.run(
+            results[index] = annotator(token, config).run(
                 max_labels, kinds, on_item=lambda counts: progress(index, counts), stop=spent
             )
         except BaseException as exc:  # reported after every thread has ended
             errors[index] = exc
 
     started = time.monotonic()
+    if in_turn:
+        _take_turns([annotator(*member) for member in members], max_labels, kinds, progress, spent, results)
+        return _crowd_result(results, started)
     threads = [
         threading.Thread(target=work, args=(i, token, config), name=f"simulated-annotator-{i}", daemon=True)
         for i, (token, config) in enumerate(members)
@@ -270,6 +295,34 @@ def run_crowd(
     if failed:
         index, exc = failed[0]
         raise RuntimeError(f"simulated annotator {index} failed ({len(failed)} of {len(members)} did): {exc}") from exc
+    return _crowd_result(results, started)
+
+
+def _take_turns(
+    annotators: list[SimulatedAnnotator],
+    max_labels: int | None,
+    kinds: Sequence[str],
+    progress: Callable[[int, dict[str, float]], None],
+    stop: Callable[[], bool],
+    results: list[dict[str, float] | None],
+) -> None:
+    """run_crowd's members, one item each in turn, in this thread; each one's counts go into `results`."""
+    turns = []
+    for index, annotator in enumerate(annotators):
+        results[index] = dict.fromkeys(COUNTS, 0)
+        turns.append((index, annotator.items(results[index], max_labels, kinds, stop)))
+    while turns:
+        for turn in list(turns):
+            index, items = turn
+            try:
+                next(items)
+            except StopIteration:
+                turns.remove(turn)
+            else:
+                progress(index, results[index])
+
+
+def _crowd_result(results: list[dict[str, float] | None], started: float) -> dict[str, Any]:
     counts = [result or {} for result in results]
     total = {key: sum(c.get(key, 0) for c in counts) for key in (counts[0] if counts else {})}
     return {"members": counts, "total": total, "seconds": round(time.monotonic() - started, 2)}

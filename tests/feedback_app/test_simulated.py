@@ -202,7 +202,7 @@ def test_a_simulated_annotator_labels_the_queue_over_http_at_its_mistake_rate(
     n = len(gridworld_pairs)
     assert counts["comparison"] == counts["items"] == n and counts["skipped"] == counts["lost"] == 0
     assert not QueueItem.objects.filter(project=project, completed_count=0).exists()
-    labels = list(Comparison.objects.filter(project=project).select_related("assignment"))
+    labels = list(Comparison.objects.filter(project=project).select_related("assignment__item"))
     assert len(labels) == n
     agreed = 0
     for label in labels:
@@ -215,6 +215,11 @@ def test_a_simulated_annotator_labels_the_queue_over_http_at_its_mistake_rate(
         # Labels carry the queue item's strategy and the left/right order the compare page would have shown.
         assert (label.annotator, label.query_strategy) == (annotator, "uncertainty")
         assert label.displayed_order == labelling.displayed_order(label.assignment)
+        # Whichever side it was shown on, the teacher judged the pair in the item's own order.
+        assert (label.trajectory_a_id, label.trajectory_b_id) == (
+            label.assignment.item.trajectory_id,
+            label.assignment.item.other_trajectory_id,
+        )
     low, high = _binomial_bounds(n, 0.75)
     assert low <= agreed <= high, (agreed, n)
     assert {label.displayed_order for label in labels} == {"ab", "ba"}
@@ -318,6 +323,26 @@ def test_a_crowd_stops_at_its_time_budget_and_leaves_the_rest_queued(
     # Each member checks the budget before its next item: at most one item each past it.
     assert 5 <= result["total"]["comparison"] <= 6 and result["total"]["seconds"] <= 6 * each
     assert Comparison.objects.count() == result["total"]["comparison"] < len(gridworld_pairs)
+
+
+def test_a_crowd_in_turn_answers_the_queue_in_order_one_item_each_and_stops_at_its_budget(
+    live_server, project, annotator, other_annotator, gridworld_pairs
+):
+    from feedback_app.models import ApiToken, Comparison, QueueItem
+
+    keys = [ApiToken.issue(user, "simulated")[1] for user in (annotator, other_annotator)]
+    each = AnnotatorTime().comparison
+    members = [(keys[0], TeacherConfig(seed=1)), (keys[1], TeacherConfig(seed=2))]
+    result = run_crowd(
+        live_server.url, project.pk, members, environment=GridWorld(), max_seconds=7 * each, in_turn=True
+    )
+    # The budget is checked before every item, in one thread: it stops on the dot.
+    assert [counts["comparison"] for counts in result["members"]] == [4, 3]
+    labels = list(Comparison.objects.order_by("pk").values_list("annotator", "assignment__item"))
+    assert [user for user, _ in labels] == [annotator.pk, other_annotator.pk] * 3 + [annotator.pk]
+    # The queue's own order (highest priority first, then oldest): nothing depends on when a lease lands.
+    first = list(QueueItem.objects.filter(project=project).order_by("-priority", "pk").values_list("pk", flat=True))
+    assert [item for _, item in labels] == first[:7]
 
 
 def test_a_crowd_labels_each_item_once_per_slot(live_server, project, annotator, other_annotator, gridworld_pairs):
