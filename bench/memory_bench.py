@@ -161,9 +161,10 @@ def ppo_lora(model, tokenizer, args) -> dict:
     `token_logprobs`) under autocast, the clipped loss on the completion tokens, and a LoRA value critic fitted by
     `ppo_rewards.critic_forward`."""
     import torch
-    from peft import LoraConfig, TaskType, get_peft_model
+    from peft import get_peft_model
     from transformers import Qwen2Config, Qwen2ForTokenClassification
 
+    from reward_models.common.runtime import lora_settings
     from reward_models.finetune.policy_model import disable_dropout
     from reward_models.finetune.ppo_rewards import CriticWindow, critic_forward
     from reward_models.finetune.turn_batches import completion_logits, pad_turns, token_logprobs
@@ -174,15 +175,13 @@ def ppo_lora(model, tokenizer, args) -> dict:
         return token_logprobs(policy_model, cut, logits), cut
 
     autocast = _autocast(args)
-    policy_model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=args.lora_r, lora_alpha=2 * args.lora_r))
+    policy_model = get_peft_model(model, lora_settings(args.lora_r))
     disable_dropout(policy_model)
     critic_config = Qwen2Config(**{**SHAPE, "num_hidden_layers": args.layers, "vocab_size": args.vocab}, num_labels=1)
     with torch.device(args.device):
         critic = Qwen2ForTokenClassification(critic_config).to(model.dtype)
     critic.config.pad_token_id = 0
-    critic = get_peft_model(
-        critic, LoraConfig(task_type=TaskType.TOKEN_CLS, r=args.lora_r, lora_alpha=2 * args.lora_r)
-    )
+    critic = get_peft_model(critic, lora_settings(args.lora_r, "TOKEN_CLS"))
     policy_optimizer = torch.optim.AdamW([p for p in policy_model.parameters() if p.requires_grad], lr=1e-5)
     critic_optimizer = torch.optim.AdamW([p for p in critic.parameters() if p.requires_grad], lr=1e-5)
 

@@ -246,9 +246,10 @@ def run_crowd(
     thread-safe oracle() (the gridworld's is); None lets each annotator build its own from the project's spec.
     Raises RuntimeError after all threads end if any annotator failed.
 
-    `in_turn`: the members take turns in this thread instead, one item each in order, until none has anything left.
-    Which member answers which item then follows from the queue alone, not from which lease lands first, so the same
-    queue and crowd give the same labels every time (what a benchmark comparing runs needs)."""
+    `in_turn`: the members take turns in this thread instead, one item each in order, until none has anything left
+    (an annotator's error is raised as it happens). Which member answers which item then follows from the queue
+    alone, not from which lease lands first, so the same queue and crowd give the same labels every time (what a
+    benchmark comparing runs needs)."""
     results: list[dict[str, float] | None] = [None] * len(members)
     errors: list[BaseException | None] = [None] * len(members)
     totals: dict[str, float] = {}

@@ -348,7 +348,6 @@ def _train_trajectories(config, model, tokenizer, pairs, steps, reporter, starte
         model = get_peft_model(model, lora_settings(config.lora_r))
     if config.gradient_checkpointing:
         model.activation_checkpointing_enable()
-    tokenizer.padding_side = "right"
     pad_token_id = tokenizer.pad_token_id
 
     reference_logps = _reference_logps(config, model, pairs, pad_token_id, accelerator)

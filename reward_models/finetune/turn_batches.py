@@ -81,7 +81,8 @@ def pad_turns(encodings: Sequence[TurnEncoding], pad_token_id: int, max_length: 
     completions on the right, and position ids that count each row's own tokens (so a row computes as it would
     alone). The logits that score the completions are then the same last columns of every row (`completion_logits`).
     With `max_length`, a prompt too long is cut from the left (the oldest history goes first) and a completion longer
-    than `max_length` is cut at the end."""
+    than `max_length` is cut at the end, short of one prompt token: a completion's first token is predicted from the
+    token before it, so in a row with no prompt it is not scored (it is masked out of `completion_mask`)."""
     import torch
 
     if not encodings:
@@ -90,7 +91,7 @@ def pad_turns(encodings: Sequence[TurnEncoding], pad_token_id: int, max_length: 
     for encoding in encodings:
         prompt, completion = list(encoding.prompt_ids), list(encoding.completion_ids)
         if max_length is not None and len(prompt) + len(completion) > max_length:
-            completion = completion[:max_length]
+            completion = completion[: max_length - 1 if prompt else max_length]
             keep = max_length - len(completion)
             prompt = prompt[len(prompt) - keep :] if keep else []
         turns.append((prompt, completion))
@@ -103,7 +104,7 @@ def pad_turns(encodings: Sequence[TurnEncoding], pad_token_id: int, max_length: 
         start, end = prompt_width - len(prompt), prompt_width + len(completion)
         input_ids[index, start:end] = torch.tensor(prompt + completion, dtype=torch.long)
         attention_mask[index, start:end] = 1
-        completion_mask[index, prompt_width:end] = 1
+        completion_mask[index, prompt_width + (0 if prompt else 1) : end] = 1
     position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
     return TurnBatch(input_ids, attention_mask, completion_mask, position_ids)
 

@@ -138,10 +138,11 @@ class LocalCausalLMPolicy(BatchedPolicy):
             no_repeat_ngram_size=0,
             # Prompts read a chunk of positions at a time (the same result: each chunk attends to the cache).
             prefill_chunk_size=max(8, self.prefill_tokens // len(prompts)),
-            # On the CPU, a cache laid out once for the longest turn: the default one grows by concatenation, copying
-            # every key and value at every token, which took 40 % of a small policy's generation there (the same
-            # tokens come in two thirds of the time). On a GPU, a static cache makes generate() compile the model
-            # (transformers' auto-compile), so the default stays.
+            # On the CPU, a cache laid out once a call (as long as the longest call on this model so far): the default
+            # one grows by concatenation, copying every key and value at every token, which took 40 % of a small
+            # policy's generation there (the same tokens come in two thirds of the time). On a GPU, a static cache
+            # makes generate() compile the model (transformers' auto-compile), so the default stays. A model that
+            # takes no cache object ignores the setting.
             cache_implementation="static" if device.type == "cpu" else None,
             pad_token_id=self.pad_token_id,
             eos_token_id=self.tokenizer.eos_token_id,

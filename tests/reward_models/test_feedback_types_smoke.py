@@ -42,7 +42,6 @@ def test_a_smoke_run_takes_every_arm_through_the_server_and_the_worker_and_write
     assert judges["step_labels"]["points"][0]["judges"]["prm"]
     # The oracle's first run scored the base policy once for every arm, and each arm's gains pair with it.
     assert "sampled_per_task" in judges["oracle"]["base"]
-    assert all(arm["base"] == judges["oracle"]["base"] for arm in judges.values())
     assert all("sampled_gain" in point["gains"] for arm in judges.values() for point in arm["points"])
     assert set(figures["plot_svg"]) == {"sampled", "greedy"}
     assert all("<svg" in svg for svg in figures["plot_svg"].values())

@@ -93,6 +93,17 @@ def test_pad_turns_starts_every_completion_at_one_column_and_cuts_long_prompts_f
     assert batch.position_ids[1, 1:3].tolist() == [0, 1] and batch.position_ids[0].tolist() == [0, 1, 2, 3]
 
 
+def test_pad_turns_keeps_a_prompt_token_before_a_cut_completion_and_scores_no_token_without_one():
+    # Cut to 3: the completion keeps 2 tokens and the prompt its last one, which predicts the first.
+    batch = pad_turns([TurnEncoding([1, 2], [3, 4, 5, 6]), TurnEncoding([7], [8])], pad_token_id=0, max_length=3)
+    assert batch.input_ids.tolist() == [[2, 3, 4], [7, 8, 0]]
+    assert batch.completion_mask.tolist() == [[0, 1, 1], [0, 1, 0]]
+    # A turn with no prompt at all: nothing comes before its first token, which is then not scored.
+    batch = pad_turns([TurnEncoding([], [3, 4]), TurnEncoding([7], [8])], pad_token_id=0)
+    assert batch.input_ids.tolist() == [[0, 3, 4], [7, 8, 0]]
+    assert batch.completion_mask.tolist() == [[0, 0, 1], [0, 1, 0]]
+
+
 def _scored_conversation(policy_dir):
     """The policy, the conversation's turns, their batch, and the model's logits at every column (no gradient)."""
     loaded = load_policy_model(policy_dir)
