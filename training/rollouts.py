@@ -31,7 +31,13 @@ from reward_models.envs import load_environment
 from reward_models.rollout import Episode, rollout
 from training.policies import policy_for
 from training.runs import RunRecorder
-from training.selection import queue_selection, queue_step_reviews
+from training.selection import (
+    NEEDS_REWARD_MODEL,
+    member_rewards,
+    newest_reward_model,
+    queue_selection,
+    queue_step_reviews,
+)
 
 
 @dataclass
@@ -127,17 +133,24 @@ def run_rollout(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
 def queue_for_labels(run: TrainingRun, config: RolloutConfig, recorder: RunRecorder) -> dict[str, Any]:
     """Queue `queue_comparisons` pairs among the run's own trajectories by the project's query strategy, and
     `queue_step_labels` of them for step labels. Runs once per run: the items and the record of them in
-    `run.inputs["queued"]` are written together, so an attempt taken up again finds the record and queues nothing."""
+    `run.inputs["queued"]` are written together, so an attempt taken up again finds the record and queues nothing.
+
+    The reward model scores the trajectories before the transaction: on SQLite a transaction holds the database's
+    one write lock from its start, and a page that writes (a label, or an API token's last use) waits at most the
+    connection's timeout for it."""
+    trajectories = list(Trajectory.objects.filter(rollout_run=run, policy_version=run.base_policy).order_by("id"))
+    strategy = run.project.query_strategy
+    scores = None
+    if strategy in NEEDS_REWARD_MODEL and (scorer := newest_reward_model(run.project)) is not None:
+        scores = member_rewards([t for t in trajectories if t.num_steps], scorer)
     with transaction.atomic():
         locked = TrainingRun.objects.select_for_update().get(pk=run.pk)
         if "queued" in locked.inputs:
             recorder.log("this run's labelling items were queued by an earlier attempt")
             return locked.inputs["queued"]
-        trajectories = list(Trajectory.objects.filter(rollout_run=run, policy_version=run.base_policy).order_by("id"))
-        rng = random.Random(config.seed)
-        strategy = run.project.query_strategy
-        pairs = queue_selection(run.project, trajectories, config.queue_comparisons, rng=rng, log=recorder.log)
-        steps = queue_step_reviews(run.project, trajectories, config.queue_step_labels, rng=rng, log=recorder.log)
+        options = {"rng": random.Random(config.seed), "log": recorder.log, "scores": scores}
+        pairs = queue_selection(run.project, trajectories, config.queue_comparisons, **options)
+        steps = queue_step_reviews(run.project, trajectories, config.queue_step_labels, **options)
         queued = {
             "project_strategy": strategy,
             "comparisons": len(pairs.items),

@@ -243,11 +243,13 @@ def queue_selection(
     rng: random.Random | None = None,
     priority: int = 0,
     log: Callable[[str], None] | None = None,
+    scores: dict[int, list[float]] | None = None,
 ) -> Queued:
     """Queue up to `budget` comparisons among `trajectories` (pairs of one task) chosen by the project's strategy
-    (or `strategy=`), scoring with the project's newest reward model (or `scorer=`). Every item records the strategy
-    that really chose it; the result also holds the notes on any fallback, which are logged through `log` too
-    (default: this module's logger)."""
+    (or `strategy=`), scoring with the project's newest reward model (or `scorer=`), or reading `scores` (each
+    trajectory's member rewards by id, `member_rewards`, computed beforehand: a caller that queues in a transaction
+    scores outside it). Every item records the strategy that really chose it; the result also holds the notes on
+    any fallback, which are logged through `log` too (default: this module's logger)."""
     strategy = strategy or project.query_strategy
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -264,12 +266,13 @@ def queue_selection(
     candidates = candidate_pairs(project, trajectories)
     used, rewards = strategy, None
     if strategy in NEEDS_REWARD_MODEL:
-        scorer = scorer or newest_reward_model(project)
-        if scorer is None:
+        scorer = scorer or (None if scores is not None else newest_reward_model(project))
+        if scorer is None and scores is None:
             used = QueryStrategy.RANDOM
             note(f"the project has no reward model yet: {strategy} selection fell back to random")
         elif candidates:
-            rewards = member_rewards([t for pair in candidates for t in pair], scorer)
+            members = [t for pair in candidates for t in pair]
+            rewards = _scores_of(members, scores) if scores is not None else member_rewards(members, scorer)
             one_member = len(next(iter(rewards.values()))) < 2
             if strategy == QueryStrategy.DISAGREEMENT and one_member:
                 used = QueryStrategy.UNCERTAINTY
@@ -304,11 +307,13 @@ def queue_step_reviews(
     rng: random.Random | None = None,
     priority: int = 0,
     log: Callable[[str], None] | None = None,
+    scores: dict[int, list[float]] | None = None,
 ) -> Queued:
     """Queue up to `budget` of `trajectories` for step labels. Under a reward-model strategy (disagreement,
-    uncertainty) the ones the reward model scores lowest go first, recorded as ``low_reward``: a poor trajectory
-    most likely has a wrong step to mark. Otherwise, or without a reward model, a random sample, recorded as
-    ``random``. Trajectories already queued for step labels, or without steps, are left out."""
+    uncertainty) the ones the reward model (or `scores`, as `queue_selection` reads them) scores lowest go first,
+    recorded as ``low_reward``: a poor trajectory most likely has a wrong step to mark. Otherwise, or without a
+    reward model, a random sample, recorded as ``random``. Trajectories already queued for step labels, or without
+    steps, are left out."""
     strategy = strategy or project.query_strategy
     rng = rng or random.Random(0)
     result = Queued()
@@ -322,15 +327,15 @@ def queue_step_reviews(
     unique = {t.pk: t for t in trajectories}.values()
     candidates = [t for t in unique if t.num_steps and t.pk not in queued]
     if strategy in NEEDS_REWARD_MODEL:
-        scorer = scorer or newest_reward_model(project)
-        if scorer is None:
+        scorer = scorer or (None if scores is not None else newest_reward_model(project))
+        if scorer is None and scores is None:
             line = f"the project has no reward model yet: step-label items are a random sample, not {LOW_REWARD}"
             result.notes.append(line)
             (log or logger.info)(line)
     else:
-        scorer = None
-    if scorer is not None and candidates:
-        rewards = member_rewards(candidates, scorer)
+        scorer = scores = None
+    if (scorer is not None or scores is not None) and candidates:
+        rewards = _scores_of(candidates, scores) if scores is not None else member_rewards(candidates, scorer)
         mean = {pk: statistics.fmean(values) for pk, values in rewards.items()}
         chosen = sorted(candidates, key=lambda t: mean[t.pk])[:budget]
         result.items += enqueue_trajectories(project, chosen, priority=priority, query_strategy=LOW_REWARD)
@@ -338,6 +343,13 @@ def queue_step_reviews(
         chosen = rng.sample(candidates, min(budget, len(candidates)))
         result.items += enqueue_trajectories(project, chosen, priority=priority, query_strategy=QueryStrategy.RANDOM)
     return result
+
+
+def _scores_of(trajectories: Sequence[Trajectory], scores: dict[int, list[float]]) -> dict[int, list[float]]:
+    missing = sorted({t.pk for t in trajectories} - set(scores))
+    if missing:
+        raise ValueError(f"scores: no member rewards for trajectories {missing[:5]}")
+    return {t.pk: scores[t.pk] for t in trajectories}
 
 
 def parent_trajectories(trajectories: Sequence[Trajectory]) -> list[Trajectory]:

@@ -332,6 +332,40 @@ def test_a_rollout_run_queues_comparisons_and_step_labels_by_the_projects_strate
     assert run.summary["queued"]["comparisons"] == 4
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_rollout_run_scores_its_trajectories_before_its_queueing_transaction(
+    project, tiny_policy, review_tasks, monkeypatch
+):
+    # On SQLite a transaction holds the one write lock from its start: scoring inside it kept every label waiting.
+    from django.db import connection
+
+    from training import rollouts
+
+    class Recording:
+        """A two-member ensemble that notes whether a transaction was open each time it scored."""
+
+        def __init__(self) -> None:
+            self.in_transaction: list[bool] = []
+
+        def member_rewards(self, prompts, completions):
+            self.in_transaction.append(connection.in_atomic_block)
+            first = [float(len(str(completion))) for completion in completions]
+            return [first, [value * (-1) ** index for index, value in enumerate(first)]]
+
+    scorer = Recording()
+    monkeypatch.setattr(rollouts, "newest_reward_model", lambda project: scorer)
+    project.query_strategy = "disagreement"
+    project.save()
+    config = RolloutConfig(num_tasks=3, samples_per_task=3, seed=2, queue_comparisons=4, queue_step_labels=2)
+    run = create_rollout_run(project, tiny_policy, config)
+
+    assert execute_run(run.pk, run_rollout) == RunStatus.SUCCEEDED
+
+    assert scorer.in_transaction == [False], "scored once, before the transaction"
+    strategies = QueueItem.objects.filter(project=project).values_list("kind", "query_strategy")
+    assert sorted(set(strategies)) == [("comparison", "disagreement"), ("step_label", LOW_REWARD)]
+
+
 def test_rollout_config_refuses_a_negative_queue_budget_naming_the_field():
     with pytest.raises(ValueError, match="queue_comparisons must be a whole number of at least 0"):
         RolloutConfig(queue_comparisons=-1)
