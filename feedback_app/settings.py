@@ -70,6 +70,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "feedback_app.views.errors.DatabaseBusyMiddleware",
 ]
 
 ROOT_URLCONF = "feedback_app.urls"

@@ -21,8 +21,9 @@ class ApiError(Exception):
 class ApiClient:
     """A small JSON client of Tandem's REST API with a personal API token (stdlib only).
 
-    Throttled requests (429) wait for Retry-After; connection errors are retried a few times, which is safe because
-    every label carries a client_token and leasing resumes the caller's current lease.
+    Throttled requests (429) and those a busy database turned away (503) wait for Retry-After; connection errors
+    are retried a few times. Both are safe because every label carries a client_token and leasing resumes the
+    caller's current lease.
     """
 
     def __init__(self, base_url: str, token: str, *, timeout: float = 60.0, retries: int = 4) -> None:
@@ -61,7 +62,7 @@ class ApiClient:
                     payload = json.loads(raw) if raw else None
                 except ValueError:
                     payload = raw.decode(errors="replace")[:500]
-                if exc.code == 429 and attempt < self.retries:
+                if exc.code in (429, 503) and attempt < self.retries:
                     time.sleep(float(exc.headers.get("Retry-After") or 1))
                     continue
                 if exc.code in ok:

@@ -7,6 +7,7 @@ more than the status: no URL patterns, no traceback, no hint that a project exis
 
 from __future__ import annotations
 
+from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
@@ -15,7 +16,10 @@ MESSAGES = {
     403: ("Not allowed", "Your role does not allow this."),
     404: ("Not found", "There is nothing here, or it is not yours to see."),
     500: ("Server error", "Something went wrong on our side. It has been logged; please try again."),
+    503: ("Busy", "The database is busy with other work; send the request again in a few seconds."),
 }
+# Seconds a client is asked to wait before sending a request the busy database turned away.
+BUSY_RETRY_AFTER = 5
 
 
 def _answer(request: HttpRequest, status: int, reason: str = "") -> HttpResponse:
@@ -50,3 +54,22 @@ def server_error(request: HttpRequest) -> HttpResponse:
     from django.template import loader
 
     return HttpResponse(loader.get_template("500.html").render({"title": title, "detail": detail}), status=500)
+
+
+class DatabaseBusyMiddleware:
+    """A request that waited out SQLite's lock timeout (another process held the one write lock all along) answers
+    503 with Retry-After instead of a 500: nothing of it was written (the lock is taken before a write), and the
+    same request can be sent again as it is (label submits are idempotent by their client token)."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not (isinstance(exception, OperationalError) and "database is locked" in str(exception)):
+            return None
+        response = _answer(request, 503)
+        response["Retry-After"] = str(BUSY_RETRY_AFTER)
+        return response

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.db import OperationalError
 from django.test import Client
 from django.urls import path
 
@@ -18,7 +19,17 @@ def boom(request):
     raise RuntimeError("a secret in a local variable")
 
 
-urlpatterns = [*tandem_urls.urlpatterns, path("boom/", boom), path("api/boom/", boom)]
+def locked(request):
+    raise OperationalError("database is locked")
+
+
+urlpatterns = [
+    *tandem_urls.urlpatterns,
+    path("boom/", boom),
+    path("api/boom/", boom),
+    path("locked/", locked),
+    path("api/locked/", locked),
+]
 handler404, handler500 = tandem_urls.handler404, tandem_urls.handler500
 
 
@@ -73,3 +84,14 @@ def test_every_response_carries_a_content_security_policy(client, researcher, pr
     for url in ("/", f"/projects/{project.pk}/", "/api/projects/", "/accounts/login/", "/nowhere/"):
         policy = client.get(url)["Content-Security-Policy"]
         assert "default-src 'self'" in policy and "script-src 'self'" in policy and "unsafe-eval" not in policy
+
+
+@pytest.mark.urls(__name__)
+def test_a_database_that_stayed_locked_answers_503_with_retry_after_not_a_server_error(researcher):
+    client = Client(raise_request_exception=False)
+    client.force_login(researcher)
+    api = client.get("/api/locked/")
+    assert api.status_code == 503 and api["Retry-After"] == "5"
+    assert api.json()["detail"].startswith("The database is busy")
+    page = client.get("/locked/")
+    assert page.status_code == 503 and "Busy" in page.content.decode()

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 
 from feedback_app.annotator_time import AnnotatorTime
 from feedback_app.simulated.annotator import SimulatedAnnotator, run_crowd
-from feedback_app.simulated.api_client import ApiClient
+from feedback_app.simulated.api_client import ApiClient, ApiError
 from feedback_app.simulated.teacher import ScriptedTeacher, TeacherConfig, myopic_return
 from reward_models.envs import GridWorld
 from tests.trajectories import save_steps
@@ -465,3 +465,38 @@ def test_a_simulated_annotator_labels_a_tool_calling_trajectory_and_corrects_it_
     intervention = Intervention.objects.get()
     assert intervention.step == steps[error]
     assert intervention.corrected_message in [m for m in oracle.best_actions(actions[:error]) if isinstance(m, dict)]
+
+
+def test_the_api_client_sends_a_request_again_after_a_busy_or_throttled_answer():
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answers = [(503, b'{"detail": "busy"}'), (429, b'{"detail": "slow down"}'), (200, b'{"ok": true}')]
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.path)
+            status, body = answers[len(seen) - 1]
+            self.send_response(status)
+            self.send_header("Retry-After", "0")
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = ApiClient(f"http://127.0.0.1:{server.server_port}", "key")
+        assert client.get("/api/projects/") == {"ok": True}
+        assert seen == ["/api/projects/"] * 3
+        answers[:] = [(503, b"{}")] * 2
+        seen.clear()
+        with pytest.raises(ApiError) as failed:
+            ApiClient(f"http://127.0.0.1:{server.server_port}", "key", retries=1).get("/api/projects/")
+        assert failed.value.status == 503 and len(seen) == 2
+    finally:
+        server.shutdown()
