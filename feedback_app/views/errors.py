@@ -58,8 +58,9 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
 class DatabaseBusyMiddleware:
     """A request that waited out SQLite's lock timeout (another process held the one write lock all along) answers
-    503 with Retry-After instead of a 500: nothing of it was written (the lock is taken before a write), and the
-    same request can be sent again as it is (label submits are idempotent by their client token)."""
+    503 with Retry-After instead of a 500: the write it waited for was not made (the lock is taken before it, and a
+    label's writes are one transaction), and the same request can be sent again as it is (label submits are
+    idempotent by their client token)."""
 
     def __init__(self, get_response) -> None:
         self.get_response = get_response
