@@ -266,13 +266,11 @@ def queue_selection(
     candidates = candidate_pairs(project, trajectories)
     used, rewards = strategy, None
     if strategy in NEEDS_REWARD_MODEL:
-        scorer = scorer or (None if scores is not None else newest_reward_model(project))
-        if scorer is None and scores is None:
+        rewards = _rewards(project, [t for pair in candidates for t in pair], scorer, scores)
+        if rewards is None:
             used = QueryStrategy.RANDOM
             note(f"the project has no reward model yet: {strategy} selection fell back to random")
         elif candidates:
-            members = [t for pair in candidates for t in pair]
-            rewards = _scores_of(members, scores) if scores is not None else member_rewards(members, scorer)
             one_member = len(next(iter(rewards.values()))) < 2
             if strategy == QueryStrategy.DISAGREEMENT and one_member:
                 used = QueryStrategy.UNCERTAINTY
@@ -326,16 +324,14 @@ def queue_step_reviews(
     )
     unique = {t.pk: t for t in trajectories}.values()
     candidates = [t for t in unique if t.num_steps and t.pk not in queued]
+    rewards = None
     if strategy in NEEDS_REWARD_MODEL:
-        scorer = scorer or (None if scores is not None else newest_reward_model(project))
-        if scorer is None and scores is None:
+        rewards = _rewards(project, candidates, scorer, scores)
+        if rewards is None:
             line = f"the project has no reward model yet: step-label items are a random sample, not {LOW_REWARD}"
             result.notes.append(line)
             (log or logger.info)(line)
-    else:
-        scorer = scores = None
-    if (scorer is not None or scores is not None) and candidates:
-        rewards = _scores_of(candidates, scores) if scores is not None else member_rewards(candidates, scorer)
+    if rewards is not None and candidates:
         mean = {pk: statistics.fmean(values) for pk, values in rewards.items()}
         chosen = sorted(candidates, key=lambda t: mean[t.pk])[:budget]
         result.items += enqueue_trajectories(project, chosen, priority=priority, query_strategy=LOW_REWARD)
@@ -345,11 +341,18 @@ def queue_step_reviews(
     return result
 
 
-def _scores_of(trajectories: Sequence[Trajectory], scores: dict[int, list[float]]) -> dict[int, list[float]]:
-    missing = sorted({t.pk for t in trajectories} - set(scores))
-    if missing:
-        raise ValueError(f"scores: no member rewards for trajectories {missing[:5]}")
-    return {t.pk: scores[t.pk] for t in trajectories}
+def _rewards(
+    project: Project, trajectories: Sequence[Trajectory], scorer: Scorer | None, scores: dict[int, list[float]] | None
+) -> dict[int, list[float]] | None:
+    """Each trajectory's member rewards: read from `scores` where given (computed beforehand), else from `scorer` or
+    the project's newest reward model; None when the project has none."""
+    if scores is not None:
+        missing = sorted({t.pk for t in trajectories} - set(scores))
+        if missing:
+            raise ValueError(f"scores: no member rewards for trajectories {missing[:5]}")
+        return {t.pk: scores[t.pk] for t in trajectories}
+    scorer = scorer or newest_reward_model(project)
+    return None if scorer is None else member_rewards(trajectories, scorer)
 
 
 def parent_trajectories(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
