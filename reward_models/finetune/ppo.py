@@ -19,7 +19,10 @@ One iteration:
 5. ``ppo_epochs`` passes over the turns in shuffled minibatches of ``batch_size`` turns: the clipped surrogate with a
    per-token ratio (each token of a turn carries the turn's advantage; the loss is the mean over completion tokens),
    and over the critic's step windows the clipped value loss. Observation, tool-result, instruction and padding tokens
-   are prompt tokens: `turn_batches.token_logprobs` gives them log-probability 0 and no gradient.
+   are prompt tokens: `turn_batches.token_logprobs` gives them log-probability 0 and no gradient. A minibatch runs as
+   groups of turns of like length (`turn_batches.like_lengths`), their gradients accumulating before its one
+   optimiser step: the step the whole minibatch gives, without computing the padding a first turn would need beside
+   an episode's last.
 
 The critic: the `reward_models.value` critic in ``value_critic_path``, or, without one, a copy of the starting policy's
 weights with a fresh one-output head (a separate model: policy and critic share no parameters, so the value loss never

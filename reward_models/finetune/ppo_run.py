@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -36,7 +37,14 @@ from reward_models.finetune.ppo_rewards import (
     oracle_rewards,
     whiten,
 )
-from reward_models.finetune.turn_batches import completion_logits, episode_encodings, pad_turns, token_logprobs
+from reward_models.finetune.turn_batches import (
+    TurnBatch,
+    completion_logits,
+    episode_encodings,
+    like_lengths,
+    pad_turns,
+    token_logprobs,
+)
 from reward_models.policy.turns import TurnEncoding
 
 if TYPE_CHECKING:
@@ -114,19 +122,19 @@ class PPORun:
         distributions those tokens were drawn from."""
         import torch
 
-        rows: list[torch.Tensor] = []
+        rows: dict[int, torch.Tensor] = {}
         entropy_sum, tokens = 0.0, 0
         # Under the policy's autocast, a frozen reference computes exactly as the policy does (KL 0 while equal).
         with torch.no_grad(), self.accelerator.autocast():
-            for first in range(0, len(encodings), self.config.batch_size):
-                batch = pad_turns(encodings[first : first + self.config.batch_size], self.tokenizer.pad_token_id)
+            for chosen in like_lengths(encodings, range(len(encodings)), self.config.batch_size):
+                batch = pad_turns([encodings[i] for i in chosen], self.tokenizer.pad_token_id)
                 logits, batch = completion_logits(model, batch.to(self.accelerator.device), self.config.temperature)
                 logprobs = token_logprobs(model, batch, logits)
                 mask = batch.completion_mask.bool()
                 entropy_sum += float(_entropy(logits, mask))
                 tokens += int(mask[:, 1:].sum())
-                rows += [logprobs[row][mask[row]].float().cpu() for row in range(logprobs.shape[0])]
-        return rows, entropy_sum / max(tokens, 1)
+                rows |= {index: logprobs[row][mask[row]].float().cpu() for row, index in enumerate(chosen)}
+        return [rows[index] for index in range(len(encodings))], entropy_sum / max(tokens, 1)
 
     def collect(self, episodes: list[Episode]) -> Batch:
         """Encode the turns, score them (old and reference log-probabilities, rewards, values), and compute the
@@ -217,30 +225,27 @@ class PPORun:
             turns = list(range(len(batch.encodings)))
             shuffler.shuffle(turns)
             for first in range(0, len(turns), config.batch_size):
-                chosen = turns[first : first + config.batch_size]
-                padded = pad_turns([batch.encodings[i] for i in chosen], self.tokenizer.pad_token_id).to(device)
-                logits, padded = completion_logits(self.model, padded, config.temperature)
-                new = token_logprobs(self.model, padded, logits)
-                mask = padded.completion_mask.float()
-                old = _scatter([batch.old_logprobs[i] for i in chosen], padded.completion_mask)
-                advantage = advantages[chosen].to(device).unsqueeze(1)
-                log_ratio = (new - old) * mask
-                ratio = log_ratio.exp()
-                clipped = ratio.clamp(1 - config.clip_range, 1 + config.clip_range)
-                surrogate = torch.max(-advantage * ratio, -advantage * clipped)
-                tokens = mask.sum().clamp(min=1)
-                loss = (surrogate * mask).sum() / tokens
-                if config.entropy_coef:
-                    loss = loss - config.entropy_coef * _entropy(logits, padded.completion_mask) / tokens
-                accelerator.backward(loss)
+                # The minibatch's loss is a sum over its completion tokens (over their count): it is taken over
+                # groups of like length, their gradients accumulating before the one optimiser step.
+                groups = [
+                    (group, pad_turns([batch.encodings[i] for i in group], self.tokenizer.pad_token_id).to(device))
+                    for group in like_lengths(batch.encodings, turns[first : first + config.batch_size])
+                ]
+                tokens = sum(padded.completion_mask.sum() for _, padded in groups).clamp(min=1)
+                for position, (chosen, padded) in enumerate(groups):
+                    # Processes may hold different numbers of groups: each syncs its gradients once, on its last.
+                    syncing = position == len(groups) - 1
+                    with nullcontext() if syncing else accelerator.no_sync(self.model):
+                        loss, ratio, log_ratio, mask = self._policy_loss(batch, advantages, chosen, padded, tokens)
+                        accelerator.backward(loss)
+                    with torch.no_grad():
+                        policy_sums["policy_loss"] += float(loss)
+                        outside = ((ratio - 1).abs() > config.clip_range).float()
+                        policy_sums["clip_fraction"] += float((outside * mask).sum() / tokens)
+                        policy_sums["approx_kl"] += float((((ratio - 1) - log_ratio) * mask).sum() / tokens)
                 accelerator.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
                 self.policy_optimizer.step()
                 self.policy_optimizer.zero_grad(set_to_none=True)
-                with torch.no_grad():
-                    policy_sums["policy_loss"] += float(loss)
-                    outside = ((ratio - 1).abs() > config.clip_range).float()
-                    policy_sums["clip_fraction"] += float((outside * mask).sum() / tokens)
-                    policy_sums["approx_kl"] += float((((ratio - 1) - log_ratio) * mask).sum() / tokens)
                 policy_steps += 1
                 self.reporter.progress(iteration - 1, config.max_steps)
 
@@ -268,6 +273,28 @@ class PPORun:
             **{name: total / max(policy_steps, 1) for name, total in policy_sums.items()},
             **{name: total / max(critic_steps_done, 1) for name, total in critic_sums.items()},
         }
+
+    def _policy_loss(
+        self, batch: Batch, advantages: torch.Tensor, chosen: list[int], padded: TurnBatch, tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The clipped surrogate of the turns `chosen` (padded as `padded`), summed over their completion tokens
+        and divided by the minibatch's `tokens`; with the per-token ratios, log-ratios and completion mask."""
+        import torch
+
+        config = self.config
+        logits, padded = completion_logits(self.model, padded, config.temperature)
+        new = token_logprobs(self.model, padded, logits)
+        mask = padded.completion_mask.float()
+        old = _scatter([batch.old_logprobs[i] for i in chosen], padded.completion_mask)
+        advantage = advantages[chosen].to(mask.device).unsqueeze(1)
+        log_ratio = (new - old) * mask
+        ratio = log_ratio.exp()
+        clipped = ratio.clamp(1 - config.clip_range, 1 + config.clip_range)
+        surrogate = torch.max(-advantage * ratio, -advantage * clipped)
+        loss = (surrogate * mask).sum() / tokens
+        if config.entropy_coef:
+            loss = loss - config.entropy_coef * _entropy(logits, padded.completion_mask) / tokens
+        return loss, ratio, log_ratio, mask
 
     def select(self, iteration: int) -> None:
         """Score the policy on the selection tasks (mean of greedy and sampled success); keep its trainable weights

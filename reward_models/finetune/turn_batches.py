@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from reward_models.common.batching import length_groups
 from reward_models.conversation import Conversation, Message, build_conversation, split_conversation
 from reward_models.policy.turns import TurnEncoding, encode_conversation
 
@@ -107,6 +108,16 @@ def pad_turns(encodings: Sequence[TurnEncoding], pad_token_id: int, max_length: 
         completion_mask[index, prompt_width + (0 if prompt else 1) : end] = 1
     position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
     return TurnBatch(input_ids, attention_mask, completion_mask, position_ids)
+
+
+def like_lengths(
+    encodings: Sequence[TurnEncoding], indices: Sequence[int], size: int | None = None
+) -> list[list[int]]:
+    """`indices` into `encodings` in groups of like length, at most `size` turns each (`batching.length_groups`):
+    `pad_turns` pads a batch to its longest prompt and its longest completion, and each row computes as it would
+    alone, so a turn's log-probabilities do not depend on the turns beside it."""
+    shapes = [(len(encodings[index].prompt_ids), len(encodings[index].completion_ids)) for index in indices]
+    return [[indices[position] for position in group] for group in length_groups(shapes, size)]
 
 
 def completion_logits(

@@ -4,12 +4,15 @@ at the top, so the pipeline imports it only when a member trains."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from trl import RewardTrainer
 from trl.trainer.reward_trainer import DataCollatorForPreference
+
+from reward_models.common.batching import length_groups
 
 
 @dataclass
@@ -23,7 +26,8 @@ class TiePreferenceCollator(DataCollatorForPreference):
 
 
 class TandemRewardTrainer(RewardTrainer):
-    """Without a ``tie`` column this is TRL's `RewardTrainer` unchanged; with one (``ties="tie_loss"``), tie
+    """Without a ``tie`` column this is TRL's `RewardTrainer`, its batches run in groups of like length
+    (`_ByLength`: the same rewards and gradients, with less padding to compute); with one (``ties="tie_loss"``), tie
     rows take -1/2 log sigmoid(d) - 1/2 log sigmoid(-d) and the others TRL's margin loss, and accuracy counts
     the others only."""
 
@@ -39,10 +43,10 @@ class TandemRewardTrainer(RewardTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if "tie" not in inputs:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            return super().compute_loss(self._by_length(model), inputs, return_outputs, num_items_in_batch)
         mode = "train" if self.model.training else "eval"
         tie = inputs["tie"]
-        outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], use_cache=False)
+        outputs = self._by_length(model)(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
         chosen, rejected = torch.chunk(outputs.logits.squeeze(-1), chunks=2)
         difference = chosen - rejected
         shifted = difference - inputs["margin"] if "margin" in inputs else difference
@@ -60,3 +64,42 @@ class TandemRewardTrainer(RewardTrainer):
             if (~strict).any():
                 self._metrics[mode]["tie_gap"].append((gaps.sum() / (~strict).sum()).item())
         return (loss, outputs) if return_outputs else loss
+
+    def _by_length(self, model: Any) -> Any:
+        """`model` run in groups of like length; on more than one process, as one batch (a distributed model syncs
+        its gradients per forward pass, and takes one per backward)."""
+        return _ByLength(model) if self.accelerator.num_processes == 1 else _OneBatch(model)
+
+
+class _ByLength:
+    """`model` over a right-padded batch, run in groups of like length (`batching.length_groups`), each cut to its
+    longest row: a row's reward reads its last token that is not padding, which no padding after it changes, so the
+    rewards (and their gradients) are the whole batch's, with less padding to compute. The batch's chosen and
+    rejected trajectories of an agent can differ in length many times over."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: Any) -> SimpleNamespace:
+        lengths = attention_mask.sum(dim=-1).tolist()
+        groups = length_groups([(length,) for length in lengths])
+        logits = []
+        for group in groups:
+            rows = torch.tensor(group, device=input_ids.device)
+            width = max(lengths[row] for row in group)
+            output = self.model(
+                input_ids=input_ids[rows, :width], attention_mask=attention_mask[rows, :width], use_cache=False
+            )
+            logits.append(output.logits)
+        order = torch.tensor([row for group in groups for row in group], device=input_ids.device)
+        return SimpleNamespace(logits=torch.cat(logits)[order.argsort()])
+
+
+class _OneBatch:
+    """`model` over the whole batch, called as `_ByLength` is."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: Any) -> Any:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)

@@ -373,3 +373,34 @@ def test_a_base_model_is_named_by_a_hub_id_read_from_the_local_cache_or_refused_
     with pytest.raises(ConfigError) as missing:
         main(make_config(few, "tandem-test/not-cached", tmp_path / "rm2", max_steps=2))
     assert missing.value.field == "base_model" and "huggingface-cli download" in str(missing.value)
+
+
+def test_a_training_batch_run_in_groups_of_like_length_gives_the_whole_batchs_rewards_and_gradients(tiny_base_model):
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from reward_models.reward.trainer import _ByLength
+
+    model = AutoModelForSequenceClassification.from_pretrained(str(tiny_base_model), num_labels=1)
+    pad_id = model.config.pad_token_id
+    generator = torch.Generator().manual_seed(0)
+    lengths = [5, 90, 7, 88, 40, 6, 41, 3]
+    # Right-padded, as TRL's preference collator pads: the chosen rows, then the rejected ones.
+    input_ids = torch.full((len(lengths), max(lengths)), pad_id)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, length in enumerate(lengths):
+        input_ids[row, :length] = torch.randint(3, model.config.vocab_size, (length,), generator=generator)
+        attention_mask[row, :length] = 1
+
+    def rewards_and_gradient(forward) -> tuple[torch.Tensor, torch.Tensor]:
+        model.zero_grad()
+        logits = forward(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        chosen, rejected = logits.squeeze(-1).chunk(2)
+        (-torch.nn.functional.logsigmoid(chosen - rejected).mean()).backward()
+        gradient = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        return logits.detach(), gradient
+
+    whole = rewards_and_gradient(model)
+    grouped = rewards_and_gradient(_ByLength(model))
+    assert torch.allclose(grouped[0], whole[0], atol=1e-5)
+    assert whole[1].abs().max() > 0 and torch.allclose(grouped[1], whole[1], rtol=1e-4, atol=1e-6)

@@ -17,6 +17,7 @@ from reward_models.finetune.ppo_config import PPOConfig
 from reward_models.finetune.ppo_rewards import (
     reward_model_inputs,
 )
+from reward_models.finetune.turn_batches import episode_encodings, like_lengths, pad_turns, token_logprobs
 from reward_models.rollout import episode_messages
 from reward_models.value import load_value_critic
 from simulation.episodes import scripted_episodes
@@ -184,7 +185,8 @@ def test_observation_tokens_get_no_gradient_in_the_ppo_update(tiny_policy_dir, j
     finally:
         for hook in hooks:
             hook.remove()
-    assert len(logits) == config.ppo_epochs * math.ceil(len(batch.encodings) / config.batch_size)
+    # A forward pass per group of like length (at least one per minibatch).
+    assert len(logits) >= config.ppo_epochs * math.ceil(len(batch.encodings) / config.batch_size)
     for (input_ids, attention_mask), output in zip(inputs, logits, strict=True):
         gradient = output.grad.abs().sum(-1)
         # The head ran on the last columns only: the logits at column t predict token t + 1, and only those
@@ -198,6 +200,51 @@ def test_observation_tokens_get_no_gradient_in_the_ppo_update(tiny_policy_dir, j
             predicts_completion[row, completion_start - 1 - first : columns[-1] - first] = True
         assert gradient[~predicts_completion].max() == 0
         assert gradient[predicts_completion].gt(0).float().mean() > 0.5
+
+
+def test_a_minibatch_taken_in_groups_of_like_length_steps_as_the_whole_minibatch_does(
+    tiny_policy_dir, judges, tmp_path, monkeypatch
+):
+    import reward_models.finetune.ppo_run as ppo_run
+
+    # One minibatch, one pass, and plain gradient descent: the step is the (clipped) gradient itself.
+    config = make_config(tiny_policy_dir, tmp_path / "run", judges, batch_size=512, ppo_epochs=1)
+    run = setup_run(config, RecordingReporter())
+    run.state = {"kl_beta": config.kl_beta}
+    batch = run.collect(run.rollouts(0))
+    assert len(like_lengths(batch.encodings, range(len(batch.encodings)))) > 1
+    start = {name: value.detach().clone() for name, value in run.model.named_parameters()}
+
+    def step() -> torch.Tensor:
+        with torch.no_grad():
+            for name, value in run.model.named_parameters():
+                value.copy_(start[name])
+        run.policy_optimizer = torch.optim.SGD(run.model.parameters(), lr=1.0)
+        run.update(batch, 1)
+        return torch.cat([(value.detach() - start[name]).flatten() for name, value in run.model.named_parameters()])
+
+    grouped = step()
+    monkeypatch.setattr(ppo_run, "like_lengths", lambda encodings, indices, size=None: [list(indices)])
+    whole = step()
+    assert whole.abs().max() > 0
+    assert torch.allclose(grouped, whole, rtol=1e-4, atol=1e-7)
+
+
+def test_the_old_log_probabilities_are_each_turns_own_whatever_turns_are_batched_with_it(tiny_policy_dir, tmp_path):
+    config = make_config(tiny_policy_dir, tmp_path / "run", batch_size=5)
+    run = setup_run(config, RecordingReporter())
+    run.state = {"kl_beta": config.kl_beta}
+    episodes = run.rollouts(0)
+    encodings = [
+        turn
+        for episode in episodes
+        for turn in episode_encodings(run.tokenizer, episode, run.settings["history_window"])
+    ]
+    rows, _ = run.turn_logprobs(run.model, encodings)
+    with torch.no_grad():
+        for encoding, row in zip(encodings, rows, strict=True):
+            alone = token_logprobs(run.model, pad_turns([encoding], run.tokenizer.pad_token_id))[0]
+            assert torch.allclose(row, alone[-len(encoding.completion_ids) :], atol=1e-5)
 
 
 def test_the_update_passes_run_without_dropout_so_the_first_ratio_is_one(tiny_policy_dir, tmp_path):

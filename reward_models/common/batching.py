@@ -1,0 +1,33 @@
+"""Batches of like length: which rows to pad together so that padding, which every row of a padded batch computes
+as if it were tokens, stays a small share of the work.
+
+A trainer's loss over a batch is a sum (or mean) over its rows, and each row of a padded batch computes as it would
+alone (padding is masked out), so a batch can be run as groups of like length, their gradients accumulating, and
+give what the whole batch gives. Trajectories of an agent vary in length many times over (a late turn carries the
+whole history, a first turn little), so a batch padded as one can be mostly padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def length_groups(shapes: Sequence[tuple[int, ...]], size: int | None = None, waste: float = 0.1) -> list[list[int]]:
+    """Indices into `shapes` in groups of like shape, at most `size` rows each, in order of shape. A row's shape is
+    its lengths in the parts its batch pads separately (a turn's prompt and completion; a sequence's one length): a
+    group is as wide as its widest row in each part. A group is closed before a row that would leave more than
+    `waste` of the group's padded cells as padding."""
+    groups: list[list[int]] = []
+    widest: tuple[int, ...] = ()
+    tokens = 0
+    for index in sorted(range(len(shapes)), key=lambda index: shapes[index]):
+        shape = shapes[index]
+        width = tuple(map(max, widest, shape)) if widest else tuple(shape)
+        room = groups and (size is None or len(groups[-1]) < size)
+        if room and (len(groups[-1]) + 1) * sum(width) * (1 - waste) <= tokens + sum(shape):
+            groups[-1].append(index)
+            widest, tokens = width, tokens + sum(shape)
+        else:
+            groups.append([index])
+            widest, tokens = tuple(shape), sum(shape)
+    return groups
