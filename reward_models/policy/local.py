@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reward_models.policy.base import BatchedPolicy, Decision, text_decision
 from reward_models.policy.model import read_policy_settings
@@ -138,19 +138,16 @@ class LocalCausalLMPolicy(BatchedPolicy):
             no_repeat_ngram_size=0,
             # Prompts read a chunk of positions at a time (the same result: each chunk attends to the cache).
             prefill_chunk_size=max(8, self.prefill_tokens // len(prompts)),
-            # On the CPU, a cache laid out once a call (as long as the longest call on this model so far): the default
-            # one grows by concatenation, copying every key and value at every token, which took 40 % of a small
-            # policy's generation there (the same tokens come in two thirds of the time). On a GPU, a static cache
-            # makes generate() compile the model (transformers' auto-compile), so the default stays. A model that
-            # takes no cache object ignores the setting.
-            cache_implementation="static" if device.type == "cpu" else None,
             pad_token_id=self.pad_token_id,
             eos_token_id=self.tokenizer.eos_token_id,
         )
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.inference_mode():
             torch.manual_seed(seed)
             sequences = self.model.generate(
-                **batch, generation_config=generation_config, logits_processor=LogitsProcessorList([recorder])
+                **batch,
+                generation_config=generation_config,
+                logits_processor=LogitsProcessorList([recorder]),
+                **self._cpu_cache(batch["input_ids"].shape[1]),
             )
             generated = sequences[:, batch["input_ids"].shape[1] :]
             token_logprobs = recorder.finish(generated)
@@ -170,6 +167,23 @@ class LocalCausalLMPolicy(BatchedPolicy):
             logprob = float(token_logprobs[row][keep[row]].sum())
             decisions.append(text_decision(text, logprob=logprob, token_ids=ids.tolist()))
         return decisions
+
+    def _cpu_cache(self, prompt_width: int) -> dict[str, Any]:
+        """On the CPU, a cache laid out once for the call, as long as its prompts and new tokens: the default cache
+        grows by concatenation, copying every key and value at every token, which took 40 % of a small policy's
+        generation there (the same tokens come in two thirds of the time). transformers' own static cache would be as
+        long as the longest call on the model so far, so every short call after a long one would attend over the
+        longer cache, in more time and with sums of another length: what a call generates would depend on the calls
+        before it. On a GPU, a static cache makes generate() compile the model (transformers' auto-compile), so the
+        default stays; so it does for a model that takes no cache object (a state-space model) or another kind (an
+        encoder-decoder)."""
+        takes_cache = getattr(self.model, "_supports_default_dynamic_cache", lambda: True)()
+        if self.model.device.type != "cpu" or self.model.config.is_encoder_decoder or not takes_cache:
+            return {}
+        from transformers import StaticCache
+
+        config = self.model.config.get_text_config(decoder=True)
+        return {"cache": StaticCache(config=config, max_cache_len=prompt_width + self.max_new_tokens)}
 
 
 def generated_logprob(model: PreTrainedModel, prompt_ids: list[int], completion_ids: list[int]) -> torch.Tensor:

@@ -4,11 +4,11 @@ at the top, so the pipeline imports it only when a member trains."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from transformers.modeling_outputs import SequenceClassifierOutput
 from trl import RewardTrainer
 from trl.trainer.reward_trainer import DataCollatorForPreference
 
@@ -80,7 +80,7 @@ class _ByLength:
     def __init__(self, model: Any) -> None:
         self.model = model
 
-    def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: Any) -> SimpleNamespace:
+    def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: Any) -> SequenceClassifierOutput:
         lengths = attention_mask.sum(dim=-1).tolist()
         groups = length_groups([(length,) for length in lengths])
         logits = []
@@ -92,7 +92,7 @@ class _ByLength:
             )
             logits.append(output.logits)
         order = torch.tensor([row for group in groups for row in group], device=input_ids.device)
-        return SimpleNamespace(logits=torch.cat(logits)[order.argsort()])
+        return SequenceClassifierOutput(logits=torch.cat(logits)[order.argsort()])
 
 
 class _OneBatch:

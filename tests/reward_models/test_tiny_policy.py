@@ -143,3 +143,13 @@ def test_load_policy_rejects_bad_specs(spec, message):
 def test_local_policy_rejects_an_unknown_dtype(policy_dir):
     with pytest.raises(ValueError, match="dtype"):
         LocalCausalLMPolicy(policy_dir, dtype="int8")
+
+
+def test_what_a_call_generates_does_not_hang_on_the_calls_before_it(policy_dir):
+    policy = load_policy({"kind": "local", "path": str(policy_dir)})
+    short = gridworld_conversations(6)
+    first = [policy.act(short, greedy=greedy, seed=5) for greedy in (True, False)]
+    policy.act(gridworld_conversations(6, [12] * 6))  # long prompts: a longer cache than the short call needs
+    again = [policy.act(short, greedy=greedy, seed=5) for greedy in (True, False)]
+    for before, after in zip(first, again, strict=True):
+        assert [(d.token_ids, d.logprob) for d in after] == [(d.token_ids, d.logprob) for d in before]
