@@ -233,7 +233,7 @@ class PPORun:
                 ]
                 tokens = sum(padded.completion_mask.sum() for _, padded in groups).clamp(min=1)
                 for position, (chosen, padded) in enumerate(groups):
-                    # Processes may hold different numbers of groups: each syncs its gradients once, on its last.
+                    # Under several processes, gradients are synced once a minibatch, on its last group.
                     syncing = position == len(groups) - 1
                     with nullcontext() if syncing else accelerator.no_sync(self.model):
                         loss, ratio, log_ratio, mask = self._policy_loss(batch, advantages, chosen, padded, tokens)

@@ -176,9 +176,10 @@ class LocalCausalLMPolicy(BatchedPolicy):
         longer cache, in more time and with sums of another length: what a call generates would depend on the calls
         before it. On a GPU, a static cache makes generate() compile the model (transformers' auto-compile), so the
         default stays; so it does for a model that takes no cache object (a state-space model) or another kind (an
-        encoder-decoder)."""
+        encoder-decoder), and for a checkpoint whose generation config names its own cache."""
         takes_cache = getattr(self.model, "_supports_default_dynamic_cache", lambda: True)()
-        if self.model.device.type != "cpu" or self.model.config.is_encoder_decoder or not takes_cache:
+        own = getattr(getattr(self.model, "generation_config", None), "cache_implementation", None)
+        if self.model.device.type != "cpu" or self.model.config.is_encoder_decoder or not takes_cache or own:
             return {}
         from transformers import StaticCache
 

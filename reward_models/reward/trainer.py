@@ -66,22 +66,28 @@ class TandemRewardTrainer(RewardTrainer):
         return (loss, outputs) if return_outputs else loss
 
     def _by_length(self, model: Any) -> Any:
-        """`model` run in groups of like length; on more than one process, as one batch (a distributed model syncs
-        its gradients per forward pass, and takes one per backward)."""
+        """`model` run in groups of like length; on more than one process, as one batch (a distributed model expects
+        one forward pass per backward: several would mark its parameters ready twice)."""
         return _ByLength(model) if self.accelerator.num_processes == 1 else _OneBatch(model)
 
 
 class _ByLength:
     """`model` over a right-padded batch, run in groups of like length (`batching.length_groups`), each cut to its
     longest row: a row's reward reads its last token that is not padding, which no padding after it changes, so the
-    rewards (and their gradients) are the whole batch's, with less padding to compute. The batch's chosen and
-    rejected trajectories of an agent can differ in length many times over."""
+    rewards (and their gradients) are the whole batch's, up to dropout, with less padding to compute. The batch's
+    chosen and rejected trajectories of an agent can differ in length many times over. A batch of another form
+    (padded on the left, or with inputs besides the ids and the mask) runs as one."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
 
-    def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: Any) -> SequenceClassifierOutput:
-        lengths = attention_mask.sum(dim=-1).tolist()
+    def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, **inputs: Any) -> Any:
+        lengths = attention_mask.sum(dim=-1)
+        right_padded = bool((attention_mask.cumprod(dim=-1).sum(dim=-1) == lengths).all())
+        if not right_padded or set(inputs) - {"margin", "use_cache"}:
+            extra = {key: value for key, value in inputs.items() if key != "margin"}
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, **{"use_cache": False, **extra})
+        lengths = lengths.tolist()
         groups = length_groups([(length,) for length in lengths])
         logits = []
         for group in groups:

@@ -404,3 +404,6 @@ def test_a_training_batch_run_in_groups_of_like_length_gives_the_whole_batchs_re
     grouped = rewards_and_gradient(_ByLength(model))
     assert torch.allclose(grouped[0], whole[0], atol=1e-5)
     assert whole[1].abs().max() > 0 and torch.allclose(grouped[1], whole[1], rtol=1e-4, atol=1e-6)
+    # A batch padded on the left runs as one: cut to a group's width, its rows would lose their tokens.
+    input_ids, attention_mask = input_ids.flip(-1), attention_mask.flip(-1)
+    assert torch.equal(rewards_and_gradient(_ByLength(model))[0], rewards_and_gradient(model)[0])

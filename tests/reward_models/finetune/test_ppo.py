@@ -207,27 +207,32 @@ def test_a_minibatch_taken_in_groups_of_like_length_steps_as_the_whole_minibatch
 ):
     import reward_models.finetune.ppo_run as ppo_run
 
-    # One minibatch, one pass, and plain gradient descent: the step is the (clipped) gradient itself.
-    config = make_config(tiny_policy_dir, tmp_path / "run", judges, batch_size=512, ppo_epochs=1)
+    # One minibatch, one pass, no clipping and plain gradient descent: the step is the gradient itself.
+    config = make_config(
+        tiny_policy_dir, tmp_path / "run", judges, batch_size=512, ppo_epochs=1, entropy_coef=0.01, max_grad_norm=1e9
+    )
     run = setup_run(config, RecordingReporter())
     run.state = {"kl_beta": config.kl_beta}
     batch = run.collect(run.rollouts(0))
     assert len(like_lengths(batch.encodings, range(len(batch.encodings)))) > 1
     start = {name: value.detach().clone() for name, value in run.model.named_parameters()}
 
-    def step() -> torch.Tensor:
+    def step() -> tuple[torch.Tensor, dict[str, float]]:
         with torch.no_grad():
             for name, value in run.model.named_parameters():
                 value.copy_(start[name])
         run.policy_optimizer = torch.optim.SGD(run.model.parameters(), lr=1.0)
-        run.update(batch, 1)
-        return torch.cat([(value.detach() - start[name]).flatten() for name, value in run.model.named_parameters()])
+        figures = run.update(batch, 1)
+        moved = torch.cat([(value.detach() - start[name]).flatten() for name, value in run.model.named_parameters()])
+        return moved, figures
 
-    grouped = step()
+    grouped, grouped_figures = step()
     monkeypatch.setattr(ppo_run, "like_lengths", lambda encodings, indices, size=None: [list(indices)])
-    whole = step()
+    whole, whole_figures = step()
     assert whole.abs().max() > 0
     assert torch.allclose(grouped, whole, rtol=1e-4, atol=1e-7)
+    for name in ("policy_loss", "clip_fraction", "approx_kl"):
+        assert grouped_figures[name] == pytest.approx(whole_figures[name], rel=1e-4, abs=1e-7)
 
 
 def test_the_old_log_probabilities_are_each_turns_own_whatever_turns_are_batched_with_it(tiny_policy_dir, tmp_path):
