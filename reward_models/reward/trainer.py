@@ -68,7 +68,7 @@ class TandemRewardTrainer(RewardTrainer):
     def _by_length(self, model: Any) -> Any:
         """`model` run in groups of like length; on more than one process, as one batch (a distributed model expects
         one forward pass per backward: several would mark its parameters ready twice)."""
-        return _ByLength(model) if self.accelerator.num_processes == 1 else _OneBatch(model)
+        return _ByLength(model, grouped=self.accelerator.num_processes == 1)
 
 
 class _ByLength:
@@ -76,15 +76,16 @@ class _ByLength:
     longest row: a row's reward reads its last token that is not padding, which no padding after it changes, so the
     rewards (and their gradients) are the whole batch's, up to dropout, with less padding to compute. The batch's
     chosen and rejected trajectories of an agent can differ in length many times over. A batch of another form
-    (padded on the left, or with inputs besides the ids and the mask) runs as one."""
+    (padded on the left, or with inputs besides the ids and the mask), or any batch when not `grouped`, runs as one."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, grouped: bool = True) -> None:
         self.model = model
+        self.grouped = grouped
 
     def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, **inputs: Any) -> Any:
         lengths = attention_mask.sum(dim=-1)
         right_padded = bool((attention_mask.cumprod(dim=-1).sum(dim=-1) == lengths).all())
-        if not right_padded or set(inputs) - {"margin", "use_cache"}:
+        if not self.grouped or not right_padded or set(inputs) - {"margin", "use_cache"}:
             extra = {key: value for key, value in inputs.items() if key != "margin"}
             return self.model(input_ids=input_ids, attention_mask=attention_mask, **{"use_cache": False, **extra})
         lengths = lengths.tolist()
@@ -99,13 +100,3 @@ class _ByLength:
             logits.append(output.logits)
         order = torch.tensor([row for group in groups for row in group], device=input_ids.device)
         return SequenceClassifierOutput(logits=torch.cat(logits)[order.argsort()])
-
-
-class _OneBatch:
-    """`model` over the whole batch, called as `_ByLength` is."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-
-    def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: Any) -> Any:
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
