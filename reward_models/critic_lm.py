@@ -55,7 +55,6 @@ from typing import TYPE_CHECKING, Any
 
 from reward_models.common.artifacts import (
     checkpoint_dir,
-    finished_model,
     last_checkpoint,
     read_manifest,
     trained_model,
@@ -65,13 +64,12 @@ from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
 from reward_models.common.data import (
     bad_rows,
-    checked_rows,
     message_text,
     row_tools,
     split_by_task,
 )
-from reward_models.common.judge_config import JudgeConfig, with_local_base
-from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
+from reward_models.common.judge_config import JudgeConfig, start_judge
+from reward_models.common.reporting import Reporter, trainer_callback
 from reward_models.common.runtime import judge_trainer_args, lora_settings, resolve_precision, timed_training
 from reward_models.critique_encoding import (
     Prompt,
@@ -306,12 +304,11 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
-    reporter = reporter or SilentReporter()
-    if (finished := finished_model(config, KIND, reporter, "critic")) is not None:
-        return finished
+    start = start_judge(config, KIND, "critic", row_problems, reporter)
+    if start.finished is not None:
+        return start.finished
+    reporter, local, rows = start.reporter, start.local, start.rows
     precision = resolve_precision(config.precision)
-    local = with_local_base(config)  # a hub id read from the local cache
-    rows = checked_rows(config, row_problems)
     train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
     if not train_rows:
         raise ConfigError("data_path", "leaves no critiques to train on after the held-out split")

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common.artifacts import finished_model, write_manifest
+from reward_models.common.artifacts import write_manifest
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
-from reward_models.common.data import bad_rows, checked_rows, row_tools, split_by_task
-from reward_models.common.judge_config import with_local_base
-from reward_models.common.reporting import Reporter, SilentReporter
+from reward_models.common.data import bad_rows, row_tools, split_by_task
+from reward_models.common.judge_config import start_judge
+from reward_models.common.reporting import Reporter
 from reward_models.step_scorer import StepScorer
 from reward_models.steps import (
     StepHeadConfig,
@@ -213,11 +213,10 @@ def main(config: PRMConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train, save and evaluate a PRM; returns the summary (also stored in the directory's manifest)."""
     from transformers import AutoTokenizer
 
-    reporter = reporter or SilentReporter()
-    if (finished := finished_model(config, KIND, reporter)) is not None:
-        return finished
-    local = with_local_base(config)  # a hub id read from the local cache
-    rows = checked_rows(config, row_problems)
+    start = start_judge(config, KIND, "process reward model", row_problems, reporter)
+    if start.finished is not None:
+        return start.finished
+    reporter, local, rows = start.reporter, start.local, start.rows
     style = rows_style(rows)
     # Split before filtering, so that the flag changes the training rows and never which tasks are held out.
     train_rows, held_out = split_by_task(rows, config.eval_fraction, config.seed)

@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common.artifacts import finished_model, write_manifest
+from reward_models.common.artifacts import write_manifest
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
-from reward_models.common.data import bad_rows, checked_rows, row_tools, split_by_task
-from reward_models.common.judge_config import with_local_base
-from reward_models.common.reporting import Reporter, SilentReporter
+from reward_models.common.data import bad_rows, row_tools, split_by_task
+from reward_models.common.judge_config import start_judge
+from reward_models.common.reporting import Reporter
 from reward_models.conversation import Message
 from reward_models.step_scorer import StepScorer
 from reward_models.steps import (
@@ -249,11 +249,10 @@ def main(config: ValueConfig, reporter: Reporter | None = None) -> dict[str, Any
     """Train, save and evaluate a value critic; returns the summary (also stored in the directory's manifest)."""
     from transformers import AutoTokenizer
 
-    reporter = reporter or SilentReporter()
-    if (finished := finished_model(config, KIND, reporter)) is not None:
-        return finished
-    local = with_local_base(config)  # a hub id read from the local cache
-    rows = checked_rows(config, row_problems)
+    start = start_judge(config, KIND, "value critic", row_problems, reporter)
+    if start.finished is not None:
+        return start.finished
+    reporter, local, rows = start.reporter, start.local, start.rows
     style = rows_style(rows)
     returns = [discounted_returns(rewards, config.gamma) for rewards in step_rewards(rows, config, reporter)]
     for row, row_returns in zip(rows, returns, strict=True):

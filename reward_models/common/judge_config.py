@@ -1,14 +1,20 @@
-"""`JudgeConfig`, the settings every judge-model pipeline shares, and where its base model is read from: a model
-directory, or a hub id found in the local Hugging Face cache (never downloaded)."""
+"""`JudgeConfig`, the settings every judge-model pipeline shares; where its base model is read from (a model
+directory, or a hub id found in the local Hugging Face cache, never downloaded); and `start_judge`, how each judge's
+`main` begins."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from reward_models.common.artifacts import finished_model
 from reward_models.common.config import ConfigError, require
+from reward_models.common.data import checked_rows
+from reward_models.common.reporting import Reporter, SilentReporter
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -88,3 +94,32 @@ def with_local_base(config: JudgeConfig) -> JudgeConfig:
     """`config` with `base_model` turned into its local directory (`model_directory`), for loading; the manifest
     keeps the name the user gave."""
     return dataclasses.replace(config, base_model=str(model_directory(config.base_model, "base_model")))
+
+
+@dataclass(frozen=True)
+class JudgeStart:
+    """How a judge's run begins. `finished` is the stored summary when `output_dir` already holds the finished model
+    (the run returns it and reads nothing else); otherwise `local` is the config with its base model resolved to a
+    local directory and `rows` are the training data, checked."""
+
+    reporter: Reporter
+    finished: dict[str, Any] | None = None
+    local: Any = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def start_judge(
+    config: JudgeConfig,
+    kind: str,
+    noun: str,
+    problems: Callable[[list[dict[str, Any]], Any], Mapping[int, str]],
+    reporter: Reporter | None,
+) -> JudgeStart:
+    """The first steps every judge's `main` takes, in this order: a model already finished in `output_dir` is
+    returned as it is; then the base model is found locally and the rows are read and checked with `problems`, so
+    a missing model or a malformed row stops the run before any training."""
+    reporter = reporter or SilentReporter()
+    if (finished := finished_model(config, kind, reporter, noun)) is not None:
+        return JudgeStart(reporter, finished=finished)
+    local = with_local_base(config)  # a hub id read from the local cache
+    return JudgeStart(reporter, local=local, rows=checked_rows(config, problems))

@@ -51,15 +51,14 @@ from typing import TYPE_CHECKING, Any
 
 from reward_models.common.artifacts import (
     checkpoint_dir,
-    finished_model,
     trained_model,
     write_manifest,
 )
 from reward_models.common.cli import cli
 from reward_models.common.config import require
-from reward_models.common.data import bad_rows, checked_rows, row_tools, split_comparisons
-from reward_models.common.judge_config import JudgeConfig, with_local_base
-from reward_models.common.reporting import Reporter, SilentReporter
+from reward_models.common.data import bad_rows, row_tools, split_comparisons
+from reward_models.common.judge_config import JudgeConfig, start_judge
+from reward_models.common.reporting import Reporter
 from reward_models.common.runtime import fresh_accelerator, lora_settings, resolve_precision
 from reward_models.finetune.preference_scoring import (
     KIND,
@@ -172,12 +171,11 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     from reward_models.reward.encoding import encode, fit_length, load_tokenizer
     from reward_models.steps import rows_style
 
-    reporter = reporter or SilentReporter()
-    if (finished := finished_model(config, KIND, reporter, "preference model")) is not None:
-        return finished
+    start = start_judge(config, KIND, "preference model", row_problems, reporter)
+    if start.finished is not None:
+        return start.finished
+    reporter, local, rows = start.reporter, start.local, start.rows
     precision = resolve_precision(config.precision)
-    local = with_local_base(config)  # a hub id read from the local cache
-    rows = checked_rows(config, row_problems)
     style = rows_style(rows)
     train_rows, eval_rows, dropped_ties = split_comparisons(rows, config)
 

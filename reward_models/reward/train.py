@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from reward_models.common.artifacts import (
     checkpoint_dir,
-    finished_model,
     last_checkpoint,
     trained_model,
     write_manifest,
 )
-from reward_models.common.data import bad_rows, checked_rows, row_tools, split_comparisons
-from reward_models.common.judge_config import with_local_base
-from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
+from reward_models.common.data import bad_rows, row_tools, split_comparisons
+from reward_models.common.judge_config import start_judge
+from reward_models.common.reporting import Reporter, trainer_callback
 from reward_models.common.runtime import judge_trainer_args, lora_settings, resolve_precision, timed_training
 from reward_models.reward.config import (
     CENTRING_SAMPLE,
@@ -217,12 +216,11 @@ def _train_member(
 def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train the reward model (or ensemble) on `config.data_path`, evaluate it on the held-out tasks and write
     `config.output_dir`; returns the summary (also kept in the manifest)."""
-    reporter = reporter or SilentReporter()
-    if (finished := finished_model(config, KIND, reporter, "reward model")) is not None:
-        return finished
+    start = start_judge(config, KIND, "reward model", row_problems, reporter)
+    if start.finished is not None:
+        return start.finished
+    reporter, local, rows = start.reporter, start.local, start.rows
     precision = resolve_precision(config.precision)
-    local = with_local_base(config)  # a hub id read from the local cache
-    rows = checked_rows(config, row_problems)
     style = rows_style(rows)
     rows = [row_in_layout(row, config.layout) for row in rows]
     train_rows, eval_rows, dropped_ties = split_comparisons(rows, config)
