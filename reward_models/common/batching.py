@@ -9,7 +9,11 @@ whole history, a first turn little), so a batch padded as one can be mostly padd
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def length_groups(shapes: Sequence[tuple[int, ...]], size: int | None = None, waste: float = 0.1) -> list[list[int]]:
@@ -31,3 +35,25 @@ def length_groups(shapes: Sequence[tuple[int, ...]], size: int | None = None, wa
             groups.append([index])
             widest, tokens = tuple(shape), sum(shape)
     return groups
+
+
+def right_padded(
+    sequences: Sequence[list[int]], batch_size: int, pad_token_id: int
+) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """Token sequences in batches of at most `batch_size`, shortest first, each padded on the right to its longest
+    row: ``(the batch's indices into sequences, input_ids, attention_mask)``. TRL's collators pad on the right in
+    training, whatever side the tokenizer pads, so a head that reads a row's last token that is not padding reads
+    it where it did in training."""
+    import torch
+
+    order = sorted(range(len(sequences)), key=lambda index: len(sequences[index]))
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        width = max(len(sequences[index]) for index in batch)
+        input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, index in enumerate(batch):
+            ids = sequences[index]
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention_mask[row, : len(ids)] = 1
+        yield batch, input_ids, attention_mask

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reward_models.common.artifacts import read_manifest
+from reward_models.common.batching import right_padded
 from reward_models.common.config import ConfigError
 from reward_models.policy.turns import judge_pair
+from reward_models.reward.encoding import TrainedEncoding
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +38,7 @@ def pair_scores(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
     return score
 
 
-class PreferenceModel:
+class PreferenceModel(TrainedEncoding):
     """P(a > b) between completions of the same prompt.
 
     >>> model = load_preference_model("var/models/preference")  # doctest: +SKIP
@@ -61,21 +63,13 @@ class PreferenceModel:
         self.batch_size = batch_size
         self.style = style
 
-    def encode(self, prompt: Conversation, completion: Conversation, tools: Tools = None) -> list[int]:
-        from reward_models.reward.encoding import encode_as_trained
-
-        return encode_as_trained(
-            self.tokenizer, prompt, completion, tools, style=self.style, layout=self.layout, max_length=self.max_length
-        )
-
     def heads(
         self, prompts: Sequence[Conversation], completions: Sequence[Conversation], tools: Sequence[Tools] = ()
     ) -> torch.Tensor:
         """(N, 1 + 2k) head outputs, one row per completion (no gradient)."""
         import torch
 
-        offered = list(tools) or [None] * len(prompts)
-        sequences = [self.encode(p, c, t) for p, c, t in zip(prompts, completions, offered, strict=True)]
+        sequences = self.encode_all(prompts, completions, tools)
         was_training = self.model.training
         self.model.eval()
         with torch.no_grad():
@@ -185,16 +179,8 @@ def forward_heads(model: PreTrainedModel, sequences: Sequence[list[int]], batch_
 
     device = next(model.parameters()).device
     pad = extract_model_from_parallel(model).config.get_text_config().pad_token_id
-    order = sorted(range(len(sequences)), key=lambda index: len(sequences[index]))
     pieces, placed = [], []
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
-        width = max(len(sequences[index]) for index in batch)
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, index in enumerate(batch):
-            input_ids[row, : len(sequences[index])] = torch.tensor(sequences[index])
-            attention_mask[row, : len(sequences[index])] = 1
+    for batch, input_ids, attention_mask in right_padded(sequences, batch_size, pad):
         logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False)
         pieces.append(logits.logits.float())
         placed += batch

@@ -75,6 +75,31 @@ def encode_as_trained(
     return fit_length(encode(tokenizer, prompt, completion, tools), max_length)
 
 
+class TrainedEncoding:
+    """What a judge loaded for scoring shares: it reads examples as its training rows were read
+    (`encode_as_trained`, with the judge's tokenizer, style, layout and length)."""
+
+    tokenizer: PreTrainedTokenizerBase
+    style: str
+    layout: str
+    max_length: int
+
+    def encode(self, prompt: Conversation, completion: Conversation, tools: Tools = None) -> list[int]:
+        return encode_as_trained(
+            self.tokenizer, prompt, completion, tools, style=self.style, layout=self.layout, max_length=self.max_length
+        )
+
+    def encode_all(
+        self, prompts: Sequence[Conversation], completions: Sequence[Conversation], tools: Sequence[Tools] = ()
+    ) -> list[list[int]]:
+        """`encode` of each example; `tools` holds one list of tool schemas (or None) per example, or is empty when
+        no example offers tools."""
+        if len(prompts) != len(completions):
+            raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+        offered = list(tools) or [None] * len(prompts)
+        return [self.encode(p, c, t) for p, c, t in zip(prompts, completions, offered, strict=True)]
+
+
 def fit_length(ids: list[int], max_length: int) -> list[int]:
     """Cut an over-long sequence in the middle: a trajectory's start (task, first observation) and its end (the
     outcome) say the most about it. TRL would drop the whole pair instead."""

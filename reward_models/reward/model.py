@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reward_models.common.artifacts import read_manifest
+from reward_models.common.batching import right_padded
 from reward_models.common.data import row_tools
 from reward_models.reward.config import KIND, MEMBER_FILE
-from reward_models.reward.encoding import STYLES, Conversation, Tools, encode, encode_as_trained, load_tokenizer
+from reward_models.reward.encoding import STYLES, Conversation, Tools, TrainedEncoding, encode, load_tokenizer
 from reward_models.reward.metrics import mean_and_std, pairwise_metrics, sigmoid
 
 if TYPE_CHECKING:
@@ -25,20 +26,11 @@ def rewards(model: PreTrainedModel, sequences: Sequence[list[int]], pad_token_id
     import torch
 
     device = next(model.parameters()).device
-    order = sorted(range(len(sequences)), key=lambda index: len(sequences[index]))
     scores = [0.0] * len(sequences)
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            width = max(len(sequences[index]) for index in batch)
-            input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
-            attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, index in enumerate(batch):
-                ids = sequences[index]
-                input_ids[row, : len(ids)] = torch.tensor(ids)
-                attention_mask[row, : len(ids)] = 1
+        for batch, input_ids, attention_mask in right_padded(sequences, batch_size, pad_token_id):
             logits = model(
                 input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False
             ).logits
@@ -53,7 +45,7 @@ def model_pad_id(model: PreTrainedModel) -> int:
     return model.config.get_text_config().pad_token_id
 
 
-class RewardModel:
+class RewardModel(TrainedEncoding):
     """A trained reward model or ensemble. `score` gives each completion's reward (the members' mean, each member
     centred) and its spread; `preference_probability` gives P(a > b) as the members' mean sigmoid(r_a - r_b).
     ``tools`` (one list of tool schemas, or None, per example) go to the chat template, as the rows' did in training.
@@ -82,22 +74,11 @@ class RewardModel:
         self.max_length = max_length
         self.batch_size = batch_size
 
-    def encode(self, prompt: Conversation, completion: Conversation, tools: Tools = None) -> list[int]:
-        return encode_as_trained(
-            self.tokenizer, prompt, completion, tools, style=self.style, layout=self.layout, max_length=self.max_length
-        )
-
     def member_rewards(
         self, prompts: Sequence[Conversation], completions: Sequence[Conversation], tools: Sequence[Tools] = ()
     ) -> list[list[float]]:
         """Each member's centred rewards: ``[member][example]``."""
-        if len(prompts) != len(completions):
-            raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-        offered = list(tools) or [None] * len(prompts)
-        sequences = [
-            self.encode(prompt, completion, example_tools)
-            for prompt, completion, example_tools in zip(prompts, completions, offered, strict=True)
-        ]
+        sequences = self.encode_all(prompts, completions, tools)
         return [
             [reward - offset for reward in rewards(member, sequences, model_pad_id(member), self.batch_size)]
             for member, offset in zip(self.members, self.offsets, strict=True)

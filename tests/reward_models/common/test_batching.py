@@ -1,4 +1,5 @@
-"""Groups of like length: every row once, in order of shape, within the group size and the padding share."""
+"""Groups of like length: every row once, in order of shape, within the group size and the padding share; and
+right-padded batches of token sequences."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import random
 
 import pytest
 
-from reward_models.common.batching import length_groups
+from reward_models.common.batching import length_groups, right_padded
 
 
 @pytest.mark.parametrize("size", [None, 3])
@@ -34,3 +35,18 @@ def test_rows_of_one_length_share_a_group_up_to_its_size_and_a_lone_long_row_sta
     assert length_groups([(5,), (5,), (5,), (5,), (5,)], size=2) == [[0, 1], [2, 3], [4]]
     assert length_groups([(100,), (10,), (11,)]) == [[1, 2], [0]]
     assert length_groups([]) == []
+
+
+def test_right_padded_batches_take_every_sequence_once_shortest_first_with_its_tokens_on_the_left():
+    sequences = [[5, 6, 7], [8], [9, 10], [11, 12, 13, 14], [15]]
+
+    batches = list(right_padded(sequences, batch_size=2, pad_token_id=0))
+
+    assert [batch for batch, _, _ in batches] == [[1, 4], [2, 0], [3]]
+    for batch, input_ids, attention_mask in batches:
+        assert input_ids.shape == attention_mask.shape == (len(batch), max(len(sequences[i]) for i in batch))
+        for row, index in enumerate(batch):
+            length = len(sequences[index])
+            assert input_ids[row, :length].tolist() == sequences[index]
+            assert input_ids[row, length:].tolist() == [0] * (input_ids.shape[1] - length)
+            assert attention_mask[row].tolist() == [1] * length + [0] * (input_ids.shape[1] - length)
