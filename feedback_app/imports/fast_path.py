@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -60,6 +61,16 @@ def _plain_tool_call(call: Any) -> dict | None:
     return out
 
 
+def _all_plain(items: list, plain: Callable[[Any], dict | None]) -> list[dict] | None:
+    """`plain` of each item, or None as soon as one item is not plain."""
+    out = []
+    for item in items:
+        if (value := plain(item)) is None:
+            return None
+        out.append(value)
+    return out
+
+
 def _plain_step(step: Any) -> dict | None:
     if type(step) is not dict or step.get("media"):
         return None
@@ -72,12 +83,9 @@ def _plain_step(step: Any) -> dict | None:
     calls = step.get("tool_calls", [])
     if type(calls) is not list:
         return None
-    out["tool_calls"] = []
-    for call in calls:
-        plain = _plain_tool_call(call)
-        if plain is None:
-            return None
-        out["tool_calls"].append(plain)
+    out["tool_calls"] = _all_plain(calls, _plain_tool_call)
+    if out["tool_calls"] is None:
+        return None
     reward, logprob, done = step.get("reward", 0.0), step.get("logprob"), step.get("done", False)
     if not _number(reward) or not (logprob is None or _number(logprob)) or type(done) is not bool:
         return None
@@ -122,12 +130,9 @@ def plain_trajectory_row(row: dict) -> dict | None:
     out["source"] = row.get("source", "import")
     if out["source"] not in ("import", "human"):
         return None
-    out["steps"] = []
-    for step in steps:
-        plain = _plain_step(step)
-        if plain is None:
-            return None
-        out["steps"].append(plain)
+    out["steps"] = _all_plain(steps, _plain_step)
+    if out["steps"] is None:
+        return None
     if "outcome" in row:
         outcome = row["outcome"]
         if type(outcome) is not dict:
