@@ -57,28 +57,28 @@ def pytest_xdist_make_scheduler(config, log):
 # The modules that take longest, longest first (a module's total on two processes; `--durations=0` lists them). Handed
 # out first, they leave the short modules to fill in at the end, so the processes finish close together.
 SLOW_FIRST = (
-    "tests/feedback_app/test_page_sweep_browser.py",
+    "tests/feedback_app/views/test_page_sweep_browser.py",
     "tests/reward_models/finetune/test_common.py",  # trains the shared short bootstrap
     "tests/feedback_app/api/test_fuzz.py",
-    "tests/reward_models/test_feedback_types_smoke.py",
+    "tests/bench/test_feedback_types_smoke.py",
     "tests/reward_models/finetune/test_nash.py",
     "tests/feedback_app/test_tool_project.py",
     "tests/training/test_judge_worker.py",
-    "tests/reward_models/test_reward.py",
+    "tests/reward_models/reward/test_reward.py",
     "tests/reward_models/test_value.py",
     "tests/reward_models/finetune/test_ppo.py",
     "tests/feedback_app/test_bootstrap_demo.py",
     "tests/feedback_app/api/test_permissions.py",
     "tests/reward_models/test_prm.py",
-    "tests/feedback_app/test_training_browser.py",
-    "tests/feedback_app/test_dashboard.py",
+    "tests/feedback_app/views/test_training_browser.py",
+    "tests/feedback_app/views/test_dashboard.py",
     "tests/reward_models/finetune/test_grpo.py",
-    "tests/feedback_app/test_simulated.py",
+    "tests/feedback_app/simulated/test_annotator.py",
     "tests/reward_models/test_critic_lm.py",
     "tests/feedback_app/test_own_environment.py",
     "tests/reward_models/finetune/test_direction.py",
     "tests/reward_models/finetune/test_dpo.py",
-    "tests/reward_models/test_bootstrap.py",
+    "tests/reward_models/policy/test_bootstrap.py",
 )
 
 

@@ -18,7 +18,7 @@ What it holds, one module per concern, each above `rows`:
   trajectories on the compare page and their steps, with the per-process cache of rendered steps.
 
 Callers call the named functions; they never hold SQL. The tests of these statements (tests/feedback_app:
-test_queue, test_labelling, test_compare_view, test_compare_submit, test_sessions, api/test_queue_api) run on
+test_queue, test_labelling, views/test_compare, views/test_compare_submit, test_sessions, api/test_queue_api) run on
 PostgreSQL and on SQLite in CI (.ci/run); several are PostgreSQL's only (the one-statement lease, its plan,
 prepared statements).
 """

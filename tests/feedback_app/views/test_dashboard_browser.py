@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.feedback_app.test_dashboard import labelled, registry  # noqa: F401  (fixtures)
+from tests.feedback_app.views.test_dashboard import labelled, registry  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.browser
 

@@ -34,24 +34,15 @@ def loop():
     return _load_bench(BENCH, "loop_bench")
 
 
-@pytest.fixture(scope="module")
-def loop_rounds():
-    return _bench_module("loop_rounds")
+def _bench_fixture(name: str):
+    """A module-scoped fixture, named `name`, that gives the bench helper module of that name."""
+    return pytest.fixture(scope="module", name=name)(lambda: _bench_module(name))
 
 
-@pytest.fixture(scope="module")
-def loop_oracle_pairs():
-    return _bench_module("loop_oracle_pairs")
-
-
-@pytest.fixture(scope="module")
-def loop_report():
-    return _bench_module("loop_report")
-
-
-@pytest.fixture(scope="module")
-def loop_plot():
-    return _bench_module("loop_plot")
+loop_rounds = _bench_fixture("loop_rounds")
+loop_oracle_pairs = _bench_fixture("loop_oracle_pairs")
+loop_report = _bench_fixture("loop_report")
+loop_plot = _bench_fixture("loop_plot")
 
 
 def test_the_oracle_pair_accuracy_is_split_by_pair_type(loop_oracle_pairs):

@@ -10,8 +10,8 @@ from reward_models.finetune.grpo import first_step_preference_rows
 from reward_models.policy.turns import parse_decision
 from simulation import oracle_data
 from simulation.episodes import scripted_episodes
-from tests.reward_models.test_loop_bench import BENCH as LOOP_BENCH
-from tests.reward_models.test_loop_bench import _load_bench
+from tests.bench.test_loop_bench import BENCH as LOOP_BENCH
+from tests.bench.test_loop_bench import _load_bench
 
 BENCH = LOOP_BENCH.parent / "policy_bench.py"
 

@@ -12,7 +12,7 @@ from feedback_app.exports.snapshots import create_snapshot
 from feedback_app.models import Comparison, Intervention, RunStatus, TrainingRun
 from reward_models.common.config import ConfigError
 from reward_models.envs.gridworld import GridWorld
-from tests.feedback_app.test_training_view import field_html
+from tests.feedback_app.views.test_training import field_html
 from tests.trajectories import correction
 from training.runs import execute_run
 

@@ -10,7 +10,7 @@ import pytest
 from reward_models.envs import GridWorld, training_seeds
 from reward_models.envs.gridworld import Layout
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 # A   .   #        The only route: right, down, down, left (4 steps); "down" first bumps the wall.
 # #   .   #

@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 import pytest
 
-from tests.reward_models.test_loop_bench import BENCH, _load_bench
+from tests.bench.test_loop_bench import BENCH, _load_bench
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "export_bench.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "export_bench.py"
 DATABASE = "tandem_exports_bench_smoke"
 
 

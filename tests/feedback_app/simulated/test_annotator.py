@@ -1,5 +1,5 @@
 """Simulated annotators labelling a real server's queue over HTTP at the configured mistake rate, alone, as a crowd
-and from the command line, and the client they label through (the teacher's own answers: test_simulated_teacher)."""
+and from the command line, and the client they label through (the teacher's own answers: test_teacher)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from feedback_app.simulated.annotator import SimulatedAnnotator, run_crowd
 from feedback_app.simulated.api_client import ApiClient, ApiError
 from feedback_app.simulated.teacher import ScriptedTeacher, TeacherConfig
 from reward_models.envs import GridWorld
-from tests.feedback_app.test_simulated_teacher import binomial_bounds
+from tests.feedback_app.simulated.test_teacher import binomial_bounds
 from tests.trajectories import save_steps
 
 # --- Through a real server --------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 
 from reward_models.envs import Environment, GridWorld, episode_success, load_environment, replay
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 CORRIDOR = ["A.#", "#.#", "G.."]
 
 

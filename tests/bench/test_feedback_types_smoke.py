@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from tests.reward_models.test_loop_bench import BENCH
+from tests.bench.test_loop_bench import BENCH
 
 # The shipped tool policy is copied in seconds; the default careless agent takes minutes of fine-tuning to build.
 SMOKE = ["--env", "toolshop", "--seeds", "0", "--budgets", "2", "--tasks", "3", "--samples", "2", "--ensemble", "1"]
