@@ -20,6 +20,7 @@ from feedback_app.agreement import (
 )
 from feedback_app.gold import annotator_gold_accuracy
 from feedback_app.models import Assignment, Comparison, LabelKind, QueueItem, StepLabel
+from tests.feedback_app.labels import stored_comparison
 
 pytestmark = pytest.mark.django_db
 
@@ -33,17 +34,7 @@ def third_annotator(django_user_model, project):
     return user
 
 
-def _compare(project, user, a, b, choice, seconds=None, assignment=None):
-    low, high = sorted((a, b), key=lambda t: t.pk)
-    return Comparison.objects.create(
-        project=project,
-        annotator=user,
-        trajectory_a=low,
-        trajectory_b=high,
-        choice=choice,
-        seconds_spent=seconds,
-        assignment=assignment,
-    )
+_compare = stored_comparison
 
 
 def _label_steps(project, user, trajectory, values, assignment=None):
@@ -72,12 +63,12 @@ def test_comparison_agreement_matches_the_hand_computed_figures(project, annotat
     # Fleiss (two raters, Scott's pi): shares a 5/10, b 3/10, tie 2/10, P_e = 0.38, kappa = 0.42 / 0.62.
     # Krippendorff: n = 10, one disagreeing unit gives o_ab = o_ba = 1, alpha = 1 - 9 * 2 / (100 - 38) = 0.7097.
     mine = ["a", "a", "b", "a", "tie"]
-    theirs = ["a", "a", "b", "a", "tie"]
+    theirs = ["b", "b", "a", "b", "tie"]  # given as (b, a): stored canonically, the same answers as "a a b a tie"
     seconds = [10.0, 20.0, 30.0, 40.0, None]
     for (a, b), choice, spent in zip(five_pairs, mine, seconds, strict=True):
-        _compare(project, annotator, a, b, choice, spent)
+        _compare(project, annotator, a, b, choice, seconds=spent)
     for (a, b), choice in zip(five_pairs, theirs, strict=True):
-        _compare(project, other_annotator, b, a, choice)  # the order given does not matter: pairs are canonical
+        _compare(project, other_annotator, b, a, choice)
     fourth = Comparison.objects.get(annotator=annotator, trajectory_a=min(five_pairs[3], key=lambda t: t.pk))
     fourth.revise(choice="b", seconds_spent=45.0)  # the revision's time replaces the 40 s of the first answer
 

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from tests.feedback_app.labels import stored_comparison
 from tests.trajectories import correction, save_steps
 
 
@@ -71,23 +72,13 @@ def grid_trajectory(project, grid_task, external_policy):
 def compare(project):
     """`compare(annotator, winner, loser, choice=None, ...)` stores a comparison in canonical order (a.id < b.id)
     whose judgement prefers `winner`; `choice="tie"` or `"both_bad"` stores that instead."""
-    from feedback_app.models import Comparison
 
     def make(annotator, winner, loser, *, choice=None, strength=2, rationale="", assignment=None, seconds=4.0):
-        a, b = sorted([winner, loser], key=lambda t: t.pk)
-        choice = choice or ("a" if winner.pk == a.pk else "b")
-        return Comparison.objects.create(
-            project=project,
-            annotator=annotator,
-            trajectory_a=a,
-            trajectory_b=b,
-            choice=choice,
-            strength=strength,
-            rationale=rationale,
-            displayed_order="ba" if winner.pk == b.pk else "ab",
-            assignment=assignment,
-            seconds_spent=seconds,
-        )
+        shown = "ab" if winner.pk < loser.pk else "ba"  # the winner on the left
+        return stored_comparison(
+            project, annotator, winner, loser, choice or "a", seconds=seconds, assignment=assignment,
+            strength=strength, rationale=rationale, displayed_order=shown,
+        )  # fmt: skip
 
     return make
 

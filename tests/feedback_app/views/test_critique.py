@@ -18,17 +18,6 @@ pytestmark = pytest.mark.django_db
 HX = {"HTTP_HX_REQUEST": "true"}
 
 
-@pytest.fixture
-def trajectory(make_trajectory):
-    return make_trajectory(3)
-
-
-@pytest.fixture
-def annotator_client(client, annotator):
-    client.force_login(annotator)
-    return client
-
-
 def critique_url(project, trajectory):
     return reverse("critique-add", args=[project.pk, trajectory.pk])
 

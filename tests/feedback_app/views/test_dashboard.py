@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from django.db import connection
@@ -14,7 +15,6 @@ from django.utils import timezone
 
 from feedback_app.models import (
     Assignment,
-    Comparison,
     DatasetSnapshot,
     Evaluation,
     PolicyVersion,
@@ -23,25 +23,14 @@ from feedback_app.models import (
     StepLabel,
     TrainingRun,
 )
+from tests.feedback_app.labels import stored_comparison
 
 pytestmark = pytest.mark.django_db
 SVG = "{http://www.w3.org/2000/svg}"
 PAGES = ["project-dashboard", "project-models", "project-leaderboard"]
 
 
-def _compare(project, user, a, b, choice, *, assignment=None, seconds=12.0):
-    low, high = sorted((a, b), key=lambda t: t.pk)
-    if low is not a and choice in ("a", "b"):  # `choice` names a or b as given; store it canonically
-        choice = "b" if choice == "a" else "a"
-    return Comparison.objects.create(
-        project=project,
-        annotator=user,
-        trajectory_a=low,
-        trajectory_b=high,
-        choice=choice,
-        seconds_spent=seconds,
-        assignment=assignment,
-    )
+_compare = partial(stored_comparison, seconds=12.0)
 
 
 @pytest.fixture

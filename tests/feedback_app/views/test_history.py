@@ -20,11 +20,6 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
 @pytest.fixture
-def trajectory(make_trajectory):
-    return make_trajectory(3)
-
-
-@pytest.fixture
 def comparison(project, annotator, make_trajectory):
     queue.enqueue_comparisons(project, [(make_trajectory(2), make_trajectory(2))])
     assignment = queue.next_assignment(annotator, project, kind="comparison")

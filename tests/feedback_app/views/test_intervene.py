@@ -24,12 +24,6 @@ def trajectory(task, external_policy):
     return play_gridworld(task, external_policy, SEED_7_ACTIONS)
 
 
-@pytest.fixture
-def annotator_client(client, annotator):
-    client.force_login(annotator)
-    return client
-
-
 def intervene_url(project, trajectory, index=FIRST_WRONG_INDEX):
     return reverse("intervene", args=[project.pk, trajectory.pk, index])
 

@@ -16,17 +16,6 @@ pytestmark = pytest.mark.django_db
 HX = {"HTTP_HX_REQUEST": "true"}
 
 
-@pytest.fixture
-def trajectory(make_trajectory):
-    return make_trajectory(3)
-
-
-@pytest.fixture
-def annotator_client(client, annotator):
-    client.force_login(annotator)
-    return client
-
-
 def rate(client, project, trajectory, **data):
     data.setdefault("client_token", str(uuid.uuid4()))
     return client.post(reverse("trajectory-rate", args=[project.pk, trajectory.pk]), data, **HX)

@@ -31,12 +31,6 @@ def assignment(project, annotator, trajectory):
     return queue.next_assignment(annotator, project, kind="step_label")
 
 
-@pytest.fixture
-def annotator_client(client, annotator):
-    client.force_login(annotator)
-    return client
-
-
 def label_url(project, trajectory, index):
     return reverse("step-label", args=[project.pk, trajectory.pk, index])
 

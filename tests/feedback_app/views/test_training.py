@@ -84,25 +84,28 @@ def test_the_forms_cover_every_run_kind_of_the_issue():
     assert sft == {f.name for f in dataclasses.fields(config_class)} - {*MANAGED_SETTINGS}
 
 
+def launch_sft(client, researcher, project, policy, snapshot, fields):
+    """The researcher's SFT launch from the training page's form: `policy` on `snapshot`, with `fields` (the form's
+    config.* and review.* inputs)."""
+    client.force_login(researcher)
+    return client.post(
+        url(project, "training-launch"), {"kind": "sft", "base_policy": policy.pk, "snapshot": snapshot.pk, **fields}
+    )
+
+
 def test_a_policy_run_is_launched_from_the_form_keeping_only_changed_settings(
     client, project, researcher, tiny_policy, sft_snapshot
 ):
-    client.force_login(researcher)
-    response = client.post(
-        url(project, "training-launch"),
-        {
-            "kind": "sft",
-            "base_policy": tiny_policy.pk,
-            "snapshot": sft_snapshot.pk,
-            "config.max_steps": "5",
-            "config.learning_rate": "0.0001",  # SFT's default: left out of the config
-            "config.use_lora": ["false"],
-            "config.sources": "intervention, demonstration",
-            "config.name": "tiny-sft",
-            "review.enabled": ["false", "true"],  # the hidden input, then the ticked box
-            "review.num_tasks": "4",
-        },
-    )
+    fields = {
+        "config.max_steps": "5",
+        "config.learning_rate": "0.0001",  # SFT's default: left out of the config
+        "config.use_lora": ["false"],
+        "config.sources": "intervention, demonstration",
+        "config.name": "tiny-sft",
+        "review.enabled": ["false", "true"],  # the hidden input, then the ticked box
+        "review.num_tasks": "4",
+    }
+    response = launch_sft(client, researcher, project, tiny_policy, sft_snapshot, fields)
     run = TrainingRun.objects.get(kind="sft")
     assert response.status_code == 303 and response["Location"] == url(project, "training-run", run.pk)
     assert (run.base_policy, run.snapshot, run.status, run.created_by) == (
@@ -216,21 +219,15 @@ def test_bad_input_is_shown_beside_its_field_and_nothing_is_stored(
 def test_every_bad_input_is_shown_at_once_each_beside_its_field(
     client, project, researcher, tiny_policy, sft_snapshot
 ):
-    client.force_login(researcher)
-    response = client.post(
-        url(project, "training-launch"),
-        {
-            "kind": "sft",
-            "base_policy": tiny_policy.pk,
-            "snapshot": sft_snapshot.pk,
-            "config.max_steps": "many",  # does not parse
-            "config.learning_rate": "7",  # the trainer's own checks, one after another in __post_init__
-            "config.batch_size": "0",
-            "config.eval_tasks": "-1",
-            "config.precision": "fp64",
-            "review.num_tasks": "0",
-        },
-    )
+    fields = {
+        "config.max_steps": "many",  # does not parse
+        "config.learning_rate": "7",  # the trainer's own checks, one after another in __post_init__
+        "config.batch_size": "0",
+        "config.eval_tasks": "-1",
+        "config.precision": "fp64",
+        "review.num_tasks": "0",
+    }
+    response = launch_sft(client, researcher, project, tiny_policy, sft_snapshot, fields)
     body = response.content.decode()
     assert response.status_code == 400
     assert "whole number" in field_html(body, "config.max_steps")

@@ -1,0 +1,24 @@
+"""Storing labels directly for tests that read them back (quality, agreement, the dashboard)."""
+
+from __future__ import annotations
+
+
+def stored_comparison(project, user, a, b, choice, *, seconds=None, assignment=None, **fields):
+    """A comparison by `user` of trajectories `a` and `b`, stored as the label service stores one: the pair in
+    canonical order (lower id first), with `choice` naming `a` or `b` as given ("tie" and "both_bad" name neither);
+    `fields` are the comparison's other fields (strength, rationale, displayed_order)."""
+    from feedback_app.models import Comparison
+
+    low, high = sorted((a, b), key=lambda t: t.pk)
+    if low is not a and choice in ("a", "b"):
+        choice = "b" if choice == "a" else "a"
+    return Comparison.objects.create(
+        project=project,
+        annotator=user,
+        trajectory_a=low,
+        trajectory_b=high,
+        choice=choice,
+        seconds_spent=seconds,
+        assignment=assignment,
+        **fields,
+    )
