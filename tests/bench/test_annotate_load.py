@@ -9,19 +9,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
-
-import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "annotate_load.py"
 DATABASE = "tandem_annotate_bench_smoke"
 
 
-def test_the_annotate_bench_labels_through_gunicorn_and_checks_what_was_stored(tmp_path):
-    url = urlsplit(os.environ.get("DATABASE_URL", ""))
-    if not url.scheme.startswith("postgres"):
-        pytest.skip("the annotate bench drives gunicorn on PostgreSQL (DATABASE_URL is not a PostgreSQL URL)")
-    env = {**os.environ, "DATABASE_URL": f"{url.scheme}://{url.netloc}/{DATABASE}"}
+def test_the_annotate_bench_labels_through_gunicorn_and_checks_what_was_stored(tmp_path, postgres_server):
+    env = {**os.environ, "DATABASE_URL": f"{postgres_server}/{DATABASE}"}
     command = [sys.executable, str(BENCH), "--annotators", "4", "--think-ms", "100", "--warmup", "1"]
     command += ["--duration", "3", "--labelled-before", "60", "--out", str(tmp_path / "figures.json")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
@@ -36,6 +30,6 @@ def test_the_annotate_bench_labels_through_gunicorn_and_checks_what_was_stored(t
 
     import psycopg
 
-    with psycopg.connect(f"{url.scheme}://{url.netloc}/postgres", autocommit=True) as admin:
+    with psycopg.connect(f"{postgres_server}/postgres", autocommit=True) as admin:
         left = admin.execute("SELECT count(*) FROM pg_database WHERE datname = %s", [DATABASE]).fetchone()[0]
     assert left == 0  # the bench drops its database

@@ -4,29 +4,22 @@ reads sessions, for one, would refuse the bench's login). Its figures are the be
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
-
-import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "export_bench.py"
 DATABASE = "tandem_exports_bench_smoke"
 
 
-def test_the_export_bench_seeds_serves_and_measures_every_format_and_aggregation(tmp_path):
-    url = urlsplit(os.environ.get("DATABASE_URL", ""))
-    if not url.scheme.startswith("postgres"):
-        pytest.skip("the export bench seeds PostgreSQL (DATABASE_URL is not a PostgreSQL URL)")
-    server_url = f"{url.scheme}://{url.netloc}"
+def test_the_export_bench_seeds_serves_and_measures_every_format_and_aggregation(tmp_path, postgres_server):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, str(BENCH), "--comparisons", "240", "--database", DATABASE, "--server-url", server_url]
-    command += ["--port", str(port), "--formats", "jsonl,parquet", "--aggregates", "majority,all"]
+    command = [sys.executable, str(BENCH), "--comparisons", "240", "--database", DATABASE]
+    command += ["--server-url", postgres_server, "--port", str(port)]
+    command += ["--formats", "jsonl,parquet", "--aggregates", "majority,all"]
     command += ["--out", str(tmp_path / "figures.json")]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=240)
@@ -48,5 +41,5 @@ def test_the_export_bench_seeds_serves_and_measures_every_format_and_aggregation
     finally:
         import psycopg
 
-        with psycopg.connect(f"{server_url}/postgres", autocommit=True) as admin:
+        with psycopg.connect(f"{postgres_server}/postgres", autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
