@@ -40,8 +40,8 @@ ends, as an exported trajectory's does, with the observation the last action led
 
 The pipelines run as Tandem runs them (`main(config)`, artifact written, loaded again with the loader) with
 ``eval_fraction=0``: the held-out figures come from this script, not from a split of the training rows. Everything
-runs on the CPU unless CUDA is there; ``--threads`` sets torch's CPU threads (1 is fastest on a loaded 2-core
-machine).
+runs on the CPU unless CUDA is there; ``--threads`` sets torch's CPU threads (1 is fastest when other work
+shares a few cores).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ from reward_models.common.data import (
 )
 from reward_models.common.judge_config import JudgeConfig, start_judge
 from reward_models.common.reporting import Reporter, trainer_callback
-from reward_models.common.runtime import judge_trainer_args, lora_settings, resolve_precision, timed_training
+from reward_models.common.runtime import judge_trainer_args, lora_settings, timed_training
 from reward_models.critique_encoding import (
     Prompt,
     Tools,
@@ -307,8 +307,7 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
     start = start_judge(config, KIND, "critic", row_problems, reporter)
     if start.finished is not None:
         return start.finished
-    reporter, local, rows = start.reporter, start.local, start.rows
-    precision = resolve_precision(config.precision)
+    reporter, precision, local, rows = start.reporter, start.precision, start.local, start.rows
     train_rows, eval_rows = split_by_task(rows, config.eval_fraction, config.seed)
     if not train_rows:
         raise ConfigError("data_path", "leaves no critiques to train on after the held-out split")

@@ -15,6 +15,7 @@ from reward_models.common.artifacts import finished_model
 from reward_models.common.config import ConfigError, require
 from reward_models.common.data import checked_rows
 from reward_models.common.reporting import Reporter, SilentReporter
+from reward_models.common.runtime import resolve_precision
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -99,11 +100,13 @@ def with_local_base(config: JudgeConfig) -> JudgeConfig:
 @dataclass(frozen=True)
 class JudgeStart:
     """How a judge's run begins. `finished` is the stored summary when `output_dir` already holds the finished model
-    (the run returns it and reads nothing else); otherwise `local` is the config with its base model resolved to a
-    local directory and `rows` are the training data, checked."""
+    (the run returns it and reads nothing else); otherwise `precision` is the one the run trains in, `local` the
+    config (of the judge's own class) with its base model resolved to a local directory, and `rows` the training
+    data, checked."""
 
     reporter: Reporter
     finished: dict[str, Any] | None = None
+    precision: str = ""
     local: Any = None
     rows: list[dict[str, Any]] = field(default_factory=list)
 
@@ -115,11 +118,13 @@ def start_judge(
     problems: Callable[[list[dict[str, Any]], Any], Mapping[int, str]],
     reporter: Reporter | None,
 ) -> JudgeStart:
-    """The first steps every judge's `main` takes, in this order: a model already finished in `output_dir` is
-    returned as it is; then the base model is found locally and the rows are read and checked with `problems`, so
-    a missing model or a malformed row stops the run before any training."""
+    """The first steps every judge's `main` takes, cheapest first: a model already finished in `output_dir` is
+    returned as it is; then the precision is resolved (one this machine cannot train in is refused), the base model
+    is found locally, and the rows are read and checked with `problems`, so that a bad setting, a missing model or
+    a malformed row stops the run before any training."""
     reporter = reporter or SilentReporter()
     if (finished := finished_model(config, kind, reporter, noun)) is not None:
         return JudgeStart(reporter, finished=finished)
+    precision = resolve_precision(config.precision)
     local = with_local_base(config)  # a hub id read from the local cache
-    return JudgeStart(reporter, local=local, rows=checked_rows(config, problems))
+    return JudgeStart(reporter, precision=precision, local=local, rows=checked_rows(config, problems))

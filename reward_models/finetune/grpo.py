@@ -18,14 +18,11 @@ After training, the policy is evaluated on the held-out tasks: multi-turn succes
 when the environment has an oracle, the single-turn figure itself: the share of held-out first observations whose
 greedy (and sampled) decision is an optimal move (``first_step_accuracy``).
 
-Measured on the gridworld's first turn with the bootstrapped policy and a reward model trained on 3,000 oracle
-comparisons of first decisions (`first_step_preference_rows` with ``malformed_per_task=1``; 2,400 trained on, 600
-held out, accuracy 0.795 on those). The defaults (40 steps of 8 prompts x 8 completions, lr 5e-5, kl_beta 0.2, no
-std scaling), 87 s of training on a loaded 2-core CPU: held-out first-decision accuracy 74.5 % -> 77.5 % greedy and
-53.5 % -> 61.5 % sampled; whole episodes 47 % -> 49.5 % greedy, 52 % -> 57 % sampled. With TRL's default std
-scaling the policy learned to write wrong reasoning the reward model cannot tell apart (its scores differed by ~0.1,
-blown up to unit advantages) and fell to 13.5 % / 25.5 %; with a reward model that never saw malformed answers it
-dropped the ``action`` marker and fell to 0 %.
+Advantages are not scaled by the group's standard deviation by default. With that scaling (TRL's default), the
+small differences a reward model gives between near-identical answers are blown up to unit advantages, and the
+policy learns to write wrong reasoning the reward model cannot tell from right. Train the reward model with
+malformed answers among its rows (`first_step_preference_rows` with ``malformed_per_task``): one that never saw
+them lets the policy drop the ``action`` marker.
 
 Defaults suit the tiny gridworld policy on a CPU. For a 0.5-8B model on a GPU::
 

@@ -40,14 +40,10 @@ lays out a trajectory (the prompt, then the rest of the conversation), with the 
 The mixture policy (`MixturePolicy`) decodes token by token with both models' KV caches and samples from the
 renormalised mixed distribution; it plugs into ``reward_models.rollout.rollout`` like any policy.
 
-Measured on the bootstrapped gridworld policy (47 % greedy / 52 % sampled success on the 200 held-out tasks, stderr
-about 3.5 points), with the preference model trained on 3,539 oracle-labelled comparisons (B-Pref teacher, beta 50,
-10 % mistakes; 2,000 scripted pairs and 1,539 pairs of the policy's own rollouts): Nash-MD with the defaults
-(30 iterations of 32 tasks, lr 1e-4, kl_beta 0.1, alpha 0.5) 53 % / 58 %, ~8.5 min on a loaded 2-core CPU; with 60
-iterations 49 % / 61 %. lr 3e-4 with kl_beta 0.02 made the KL run to 30-40 nats per episode and training success
-fall (stopped).
+A larger step with a weaker KL term (lr 3e-4, kl_beta 0.02) lets the KL to the reference run away and success
+fall; the defaults keep both moderate.
 
-Defaults suit the tiny gridworld policy on a CPU (a few minutes on 2 cores). For a 0.5-8B model on a GPU::
+Defaults suit the tiny gridworld policy on a CPU (a few minutes). For a 0.5-8B model on a GPU::
 
     python -m reward_models.finetune.nash --method nash_md --policy_path var/policies/qwen-sft \\
         --preference_model_path var/models/pm --output_dir var/policies/nash --precision bf16 \\

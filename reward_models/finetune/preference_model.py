@@ -59,7 +59,7 @@ from reward_models.common.config import require
 from reward_models.common.data import bad_rows, row_tools, split_comparisons
 from reward_models.common.judge_config import JudgeConfig, start_judge
 from reward_models.common.reporting import Reporter
-from reward_models.common.runtime import fresh_accelerator, lora_settings, resolve_precision
+from reward_models.common.runtime import fresh_accelerator, lora_settings
 from reward_models.finetune.preference_scoring import (
     KIND,
     PreferenceModel,
@@ -174,8 +174,7 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
     start = start_judge(config, KIND, "preference model", row_problems, reporter)
     if start.finished is not None:
         return start.finished
-    reporter, local, rows = start.reporter, start.local, start.rows
-    precision = resolve_precision(config.precision)
+    reporter, precision, local, rows = start.reporter, start.precision, start.local, start.rows
     style = rows_style(rows)
     train_rows, eval_rows, dropped_ties = split_comparisons(rows, config)
 

@@ -22,7 +22,7 @@ from reward_models.common.artifacts import (
 from reward_models.common.data import bad_rows, row_tools, split_comparisons
 from reward_models.common.judge_config import start_judge
 from reward_models.common.reporting import Reporter, trainer_callback
-from reward_models.common.runtime import judge_trainer_args, lora_settings, resolve_precision, timed_training
+from reward_models.common.runtime import judge_trainer_args, lora_settings, timed_training
 from reward_models.reward.config import (
     CENTRING_SAMPLE,
     CHECKPOINT_OWNER_FILE,
@@ -219,8 +219,7 @@ def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, An
     start = start_judge(config, KIND, "reward model", row_problems, reporter)
     if start.finished is not None:
         return start.finished
-    reporter, local, rows = start.reporter, start.local, start.rows
-    precision = resolve_precision(config.precision)
+    reporter, precision, local, rows = start.reporter, start.precision, start.local, start.rows
     style = rows_style(rows)
     rows = [row_in_layout(row, config.layout) for row in rows]
     train_rows, eval_rows, dropped_ties = split_comparisons(rows, config)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 
 def stored_comparison(project, user, a, b, choice, *, seconds=None, assignment=None, **fields):
-    """A comparison by `user` of trajectories `a` and `b`, stored as the label service stores one: the pair in
-    canonical order (lower id first), with `choice` naming `a` or `b` as given ("tie" and "both_bad" name neither);
-    `fields` are the comparison's other fields (strength, rationale, displayed_order)."""
+    """A comparison by `user` of trajectories `a` and `b`, with the pair in canonical order (lower id first) as the
+    label service stores it and `choice` naming `a` or `b` as given ("tie" and "both_bad" name neither). `fields` are
+    the comparison's other fields (strength, rationale, displayed_order), stored as they come: a displayed_order
+    must already be in canonical terms."""
     from feedback_app.models import Comparison
 
     low, high = sorted((a, b), key=lambda t: t.pk)

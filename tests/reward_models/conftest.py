@@ -21,8 +21,8 @@ from tests.reward_models.tool_chat import tool_policy_dir  # noqa: E402, F401 (t
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
-    """One torch thread while a module runs: two OpenMP threads on a shared, loaded 2-core machine run a tiny model
-    far slower than one."""
+    """One torch thread while a module runs: the tests run in one process per core, and a second OpenMP thread in
+    each, competing for the same cores, runs a tiny model far slower than one."""
     import torch
 
     threads = torch.get_num_threads()

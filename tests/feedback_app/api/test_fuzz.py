@@ -82,9 +82,11 @@ def _path_parameters(operation, world, existing: bool) -> dict:
 def fuzz(world, role: str, examples: int) -> dict:
     """Drive every operation as `role`; returns the case counts and every failure found."""
     from django.core.signals import request_finished, request_started
+    from django.core.wsgi import get_wsgi_application
     from django.db import close_old_connections
 
-    from feedback_app.wsgi import application
+    # Django's application itself: feedback_app.wsgi would also freeze every object this test process holds.
+    application = get_wsgi_application()
 
     # As Django's test client does: a request's end must not close the test's database connection.
     request_started.disconnect(close_old_connections)

@@ -1,6 +1,6 @@
 """The researcher's training page: who may use it, snapshots, the launch form of every run kind (generated from
 its config, errors beside the inputs, recipes and a run-time estimate) and the policy versions' figures. The runs
-table, re-run and the run page are test_training_runs_view.py."""
+table, re-run and the run page are test_training_runs.py."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_each_kind_has_a_launch_form_with_its_config_defaults(client, project, r
     assert ('name="snapshot"' in body) == bool(form.export_kinds)
 
 
-def test_the_forms_cover_every_run_kind_of_the_issue():
+def test_the_forms_cover_every_run_kind_tandem_trains():
     wanted = {"reward_model", "prm", "value_critic", "generative_critic", "dpo", "kto", "sft", "ppo", "nash_md"}
     assert wanted | {"spo", "grpo", "rollout"} <= set(LAUNCH_KINDS)
     ppo = {setting.name: setting for setting in run_form("ppo").settings}
