@@ -44,16 +44,20 @@ def right_padded(
     row: ``(the batch's indices into sequences, input_ids, attention_mask)``. TRL's collators pad on the right in
     training, whatever side the tokenizer pads, so a head that reads a row's last token that is not padding reads
     it where it did in training."""
-    import torch
-
     order = sorted(range(len(sequences)), key=lambda index: len(sequences[index]))
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
-        width = max(len(sequences[index]) for index in batch)
-        input_ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, index in enumerate(batch):
-            ids = sequences[index]
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            attention_mask[row, : len(ids)] = 1
-        yield batch, input_ids, attention_mask
+        yield batch, *pad_right([sequences[index] for index in batch], pad_token_id)
+
+
+def pad_right(sequences: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token sequences as one batch padded on the right to the longest: ``(input_ids, attention_mask)``."""
+    import torch
+
+    width = max(len(ids) for ids in sequences)
+    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention_mask[row, : len(ids)] = 1
+    return input_ids, attention_mask

@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from reward_models.common.batching import pad_right
 from reward_models.conversation import Conversation, Message
 from reward_models.policy.turns import JUDGE_LAYOUTS, judge_view, render_prompt, transcript
 from reward_models.rollout import episode_messages
@@ -373,12 +374,7 @@ def critic_forward(model: PreTrainedModel, windows: Sequence[CriticWindow], pad_
     import torch
 
     device = next(model.parameters()).device
-    width = max(len(window.input_ids) for window in windows)
-    input_ids = torch.full((len(windows), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(windows), width), dtype=torch.long)
-    for row, window in enumerate(windows):
-        input_ids[row, : len(window.input_ids)] = torch.tensor(window.input_ids)
-        attention_mask[row, : len(window.input_ids)] = 1
+    input_ids, attention_mask = pad_right([window.input_ids for window in windows], pad_token_id)
     values = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits[..., 0].float()
     rows = torch.tensor([row for row, window in enumerate(windows) for _ in window.positions], device=device)
     columns = torch.tensor([position for window in windows for position in window.positions], device=device)
