@@ -67,8 +67,17 @@ def seed(args: argparse.Namespace, items_wanted: int) -> tuple[int, list[str]]:
     from django.contrib.auth.hashers import make_password
     from django.db import connection, transaction
 
-    from feedback_app import queue
-    from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Project, Step, Task, Trajectory
+    from feedback_app.models import (
+        EnvironmentSpec,
+        Membership,
+        PolicyVersion,
+        Project,
+        QueueItem,
+        Step,
+        Task,
+        Trajectory,
+    )
+    from feedback_app.models.queue import pairs_within_tasks
     from reward_models.envs.base import prompt_messages
     from reward_models.envs.gridworld import GridWorld
 
@@ -110,7 +119,7 @@ def seed(args: argparse.Namespace, items_wanted: int) -> tuple[int, list[str]]:
             ),
             batch_size=2000,
         )
-        items = queue.enqueue_comparisons(project, queue.pairs_within_tasks(trajectories))
+        items = QueueItem.objects.enqueue_comparisons(project, pairs_within_tasks(trajectories))
         password = make_password(PASSWORD)  # hashed once: every annotator shares it
         users = get_user_model().objects.bulk_create(
             get_user_model()(username=f"bench-{n:03d}", password=password) for n in range(args.annotators)

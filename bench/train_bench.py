@@ -204,13 +204,12 @@ def main() -> None:
             intermediate_size=2 * args.hidden_size,
         )
         project, user, snapshot = seed_project(base_dir, args.tasks)
-        from feedback_app.exports.snapshots import snapshot_file
 
         print(
             f"snapshot: {snapshot.row_count} pairs; model hidden {args.hidden_size} x {args.layers} layers; "
             f"{args.steps} steps of batch {args.batch_size}; torch threads {args.threads}"
         )
-        plain, plain_cpu = plain_trl_reward_model(snapshot_file(snapshot), base_dir, work / "plain", args)
+        plain, plain_cpu = plain_trl_reward_model(snapshot.file, base_dir, work / "plain", args)
         ours, ours_cpu, summary = tandem_reward_model(project, user, snapshot, args)
         overhead, cpu_overhead = (ours - plain) / ours, (ours_cpu - plain_cpu) / ours_cpu
         result = {

@@ -379,7 +379,8 @@ def intervene(
     the environment writes as its agents do; takeover turns are either. It is checked against the environment before
     anything is stored; the continuation runs on the rollouts queue once the transaction commits.
     """
-    from feedback_app.corrections import turn_message, validate_correction
+    from feedback_app.corrections import validate_correction
+    from reward_models.envs.corrections import turn_message
 
     check_trajectory_label(user, trajectory, LabelKind.INTERVENTION, assignment)
     if (earlier := by_token(Intervention, user, client_token, trajectory.project_id)) is not None:

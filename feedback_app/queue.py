@@ -1,4 +1,5 @@
-"""The annotation queue: which item an annotator gets next, leases, skips and completion.
+"""The annotation queue: which item an annotator gets next, leases, skips and completion. Items are put in the
+queue by `QueueItem.objects.enqueue_comparisons` and `enqueue_trajectories`.
 
 Each QueueItem needs `overlap` labels from different annotators; an Assignment holds one numbered slot of it. The
 database keeps the invariants (one assignment per annotator and item, one live assignment per slot); this module
@@ -13,7 +14,6 @@ expired when someone takes the item or when its annotator comes back.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
 from datetime import datetime
 
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
@@ -22,16 +22,12 @@ from django.utils import timezone
 
 from feedback_app.hot_path import queue_sql
 from feedback_app.hot_path.rows import MAX_ID, Rows
-from feedback_app.models import Assignment, LabelKind, Project, QueueItem, Trajectory
+from feedback_app.models import Assignment, Project, QueueItem
 from feedback_app.models.queue import AssignmentStatus
 
 
 class LeaseLost(Exception):
     """The lease expired and the item has since received all its labels: the label cannot be counted."""
-
-
-# The query strategy of comparisons of a new policy version against its parent: always shown blind.
-REVIEW_STRATEGY = "new_vs_parent"
 
 
 def _live(now: datetime) -> Q:
@@ -173,86 +169,3 @@ def insert_counted(rows: Rows, label, assignment: Assignment, *, now: datetime |
         return False
     assignment.status, assignment.finished_at = AssignmentStatus.DONE, now
     return True
-
-
-def enqueue_comparisons(
-    project: Project,
-    pairs: Iterable[tuple[Trajectory, Trajectory]],
-    *,
-    priority: int = 0,
-    query_strategy: str = "random",
-    overlap: int | None = None,
-) -> list[QueueItem]:
-    """Queue comparisons of trajectory pairs (same task), in canonical order; a pair already queued is skipped."""
-    wanted: dict[tuple[int, int], tuple[Trajectory, Trajectory]] = {}
-    for one, other in pairs:
-        if one.task_id != other.task_id:
-            raise ValueError(f"pairs: trajectories {one.pk} and {other.pk} are of different tasks")
-        if one.pk == other.pk:
-            raise ValueError(f"pairs: trajectory {one.pk} is paired with itself")
-        low, high = sorted((one, other), key=lambda t: t.pk)
-        wanted[(low.pk, high.pk)] = (low, high)
-    existing = set(
-        QueueItem.objects.filter(project=project, kind=LabelKind.COMPARISON, is_gold=False).values_list(
-            "trajectory_id", "other_trajectory_id"
-        )
-    )
-    items = [
-        QueueItem(
-            project=project,
-            kind=LabelKind.COMPARISON,
-            trajectory=low,
-            other_trajectory=high,
-            priority=priority,
-            overlap=overlap or project.overlap,
-            query_strategy=query_strategy,
-        )
-        for key, (low, high) in wanted.items()
-        if key not in existing
-    ]
-    return QueueItem.objects.bulk_create(items, batch_size=1000)
-
-
-def enqueue_trajectories(
-    project: Project,
-    trajectories: Iterable[Trajectory],
-    *,
-    kind: str = LabelKind.STEP_LABEL,
-    priority: int = 0,
-    query_strategy: str = "random",
-    overlap: int | None = None,
-) -> list[QueueItem]:
-    """Queue single trajectories for review; a trajectory already queued is skipped.
-
-    A single-trajectory item is served on the step page, where the annotator labels steps and may also critique,
-    rate and intervene; so `step_label` is the one kind of item a lone trajectory gets.
-    """
-    if kind != LabelKind.STEP_LABEL:
-        raise ValueError(f"kind: a single trajectory is queued for step_label review, not {kind!r}")
-    trajectories = list(trajectories)
-    existing = set(
-        QueueItem.objects.filter(
-            project=project, kind=kind, is_gold=False, trajectory__in=[t.pk for t in trajectories]
-        ).values_list("trajectory_id", flat=True)
-    )
-    items = [
-        QueueItem(
-            project=project,
-            kind=kind,
-            trajectory=trajectory,
-            priority=priority,
-            overlap=overlap or project.overlap,
-            query_strategy=query_strategy,
-        )
-        for trajectory in {t.pk: t for t in trajectories}.values()
-        if trajectory.pk not in existing
-    ]
-    return QueueItem.objects.bulk_create(items, batch_size=1000)
-
-
-def pairs_within_tasks(trajectories: Iterable[Trajectory]) -> list[tuple[Trajectory, Trajectory]]:
-    """Every pair of trajectories that share a task, in id order: the simplest comparison queue."""
-    by_task: dict[int, list[Trajectory]] = {}
-    for trajectory in sorted(trajectories, key=lambda t: t.pk):
-        by_task.setdefault(trajectory.task_id, []).append(trajectory)
-    return [(a, b) for group in by_task.values() for i, a in enumerate(group) for b in group[i + 1 :]]

@@ -142,7 +142,7 @@ MEDIA_ROOT = env_path("MEDIA_ROOT", DATA_DIR / "media")
 # web, rollout and training workers.
 ARTIFACT_ROOT = env_path("ARTIFACT_ROOT", DATA_DIR / "artifacts")
 # Folders of base models every project may load (a policy version's weights, a judge's base model), besides its own
-# artifact folders. Comma-separated absolute paths; see feedback_app/model_locations.py.
+# artifact folders. Comma-separated absolute paths; see feedback_app/models/locations.py.
 TANDEM_SHARED_MODEL_ROOTS = [str(path) for path in env_path_list("TANDEM_SHARED_MODEL_ROOTS")]
 # Hosts an endpoint policy may call: names, *.domain wildcards, IP addresses or networks, or * for any host whose
 # addresses are all public. Empty: no endpoint policies. Loopback, link-local and private addresses need an entry

@@ -16,7 +16,7 @@ def _pytest_temp_root() -> str:
 
 
 # The tests build their tiny models in pytest's temporary folders, outside any project's artifact folders: they are
-# the shared model roots, as an operator shares base models (feedback_app/model_locations.py). Celery worker
+# the shared model roots, as an operator shares base models (feedback_app/models/locations.py). Celery worker
 # processes the tests start read the same variable.
 os.environ["TANDEM_SHARED_MODEL_ROOTS"] = _pytest_temp_root()
 

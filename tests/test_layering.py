@@ -1,6 +1,6 @@
 """The packages' layering: no import circle among the project's modules (function-level and type-checking imports
 count too, since they are the same dependency postponed); the web side reaches the training side through
-`training.launch` alone; and `reward_models` stays free of Django and of the web and worker packages, so trainers
+`training.launch` alone, and the training side reads the web side's models and nothing else of it; and `reward_models` stays free of Django and of the web and worker packages, so trainers
 run anywhere."""
 
 from __future__ import annotations
@@ -111,6 +111,19 @@ def test_feedback_app_reaches_training_through_training_launch_only():
     }
     assert crossings  # the web side does launch runs
     assert {target for _, target in crossings} == {"training.launch"}, sorted(crossings)
+
+
+def test_training_reads_feedback_app_s_models_and_nothing_else_of_it():
+    graph = import_graph(ROOT, PACKAGES)
+    reached = {
+        target
+        for name, targets in graph.items()
+        if name.startswith("training")
+        for target in targets
+        if target.startswith("feedback_app")
+    }
+    assert "feedback_app.models" in reached  # the worker does read and write the rows
+    assert {target for target in reached if not target.startswith("feedback_app.models")} == set()
 
 
 def test_the_circle_check_finds_a_circle_made_of_function_level_imports(tmp_path):

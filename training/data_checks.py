@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from feedback_app.exports.snapshots import snapshot_file
 from feedback_app.models import DatasetSnapshot
 from reward_models.common.config import ConfigError
 from reward_models.common.data import read_rows, rows_error
@@ -21,7 +20,7 @@ RowProblems = Callable[[Sequence[dict[str, Any]], Any], Mapping[int, str]]
 
 def snapshot_rows(snapshot: DatasetSnapshot) -> list[dict[str, Any]]:
     """Every row of the snapshot's file."""
-    return read_rows(snapshot_file(snapshot))
+    return read_rows(snapshot.file)
 
 
 def row_errors(snapshot: DatasetSnapshot, rows: Sequence[dict[str, Any]], row_problems: RowProblems, config) -> str:

@@ -16,14 +16,13 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from feedback_app.corrections import replay_correction, task_spec, turn_message
 from feedback_app.models import Intervention, PolicyVersion, Trajectory
 from feedback_app.models.labels import InterventionStatus
-from feedback_app.models.trajectories import PolicyKind, TrajectorySource
+from feedback_app.models.trajectories import NotReplayable, PolicyKind, TrajectorySource
 from reward_models.envs import load_environment
+from reward_models.envs.corrections import CorrectionError, replay_correction, turn_message
 from reward_models.rollout import continue_episode
 from training.policies import policy_for
 from training.rollouts import save_trajectories, trajectory_for_episode
@@ -115,10 +114,13 @@ def _continue(intervention_id: int) -> int:
     human = [intervention.corrected_message, *(turn_message(env, turn) for turn in intervention.takeover_actions)]
     prefix = [step.message for step in original] + human
     try:
-        task = task_spec(trajectory.task)
+        task = trajectory.task.reset_spec()
+    except NotReplayable as exc:
+        raise InterventionError(" ".join(exc.messages)) from exc
+    try:
         results = replay_correction(env, task, prefix[:branch], human[0], human[1:], trajectory.tools or None)
-    except ValidationError as exc:
-        raise InterventionError(_message(exc)) from exc
+    except CorrectionError as exc:
+        raise InterventionError(str(exc)) from exc
 
     ended_by_hand = results[-1].done
     if ended_by_hand:
@@ -187,7 +189,3 @@ def _mark_done(intervention: Intervention, child: Trajectory) -> None:
     intervention.status = InterventionStatus.DONE
     intervention.error = ""
     intervention.save(update_fields=["child_trajectory", "status", "error"])
-
-
-def _message(error: ValidationError) -> str:
-    return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in error.message_dict.items())

@@ -22,8 +22,6 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from feedback_app.exports.snapshots import snapshot_file, verify_snapshot
-from feedback_app.model_locations import LocationError, check_model_path
 from feedback_app.models import (
     DatasetSnapshot,
     Evaluation,
@@ -34,6 +32,7 @@ from feedback_app.models import (
     RunKind,
     TrainingRun,
 )
+from feedback_app.models.locations import LocationError, check_model_path
 from feedback_app.models.trajectories import PolicyKind
 from reward_models import critic_lm, prm, value
 from reward_models.common.artifacts import CHECKPOINT_DIR
@@ -112,7 +111,7 @@ def judge_config_values(run: TrainingRun) -> dict[str, Any]:
         if name in values:
             raise ConfigError(name, "is set by Tandem from the run (snapshot, base policy, run directory)")
     if run.snapshot is not None:
-        values["data_path"] = str(snapshot_file(run.snapshot))
+        values["data_path"] = str(run.snapshot.file)
         values["snapshot_hash"] = run.snapshot.content_hash
     try:
         if run.base_policy is not None:
@@ -258,9 +257,9 @@ def _checked_rows(run: TrainingRun, pipeline: Pipeline, config: Any, errors: dic
 
 def run_judge(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
     """The Celery task's body: verify the snapshot, train, register."""
-    if not verify_snapshot(run.snapshot):
+    if not run.snapshot.verify():
         raise RuntimeError(
-            f"snapshot {run.snapshot.name!r}: the file {snapshot_file(run.snapshot)} no longer matches its hash "
+            f"snapshot {run.snapshot.name!r}: the file {run.snapshot.file} no longer matches its hash "
             f"{run.snapshot.content_hash[:12]}; refusing to train on changed data"
         )
     pipeline = PIPELINES[run.kind]

@@ -27,8 +27,6 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from feedback_app.exports.snapshots import snapshot_file, verify_snapshot
-from feedback_app.model_locations import LocationError
 from feedback_app.models import (
     DatasetSnapshot,
     Evaluation,
@@ -39,6 +37,7 @@ from feedback_app.models import (
     RunKind,
     TrainingRun,
 )
+from feedback_app.models.locations import LocationError
 from feedback_app.models.trajectories import PolicyKind, TaskSplit
 from reward_models.common.artifacts import CHECKPOINT_DIR
 from reward_models.common.config import ConfigError, config_errors, config_from_dict
@@ -175,7 +174,7 @@ def policy_config_values(run: TrainingRun) -> dict[str, Any]:
     values["environment"] = run.project.environment.dotted_path
     values["environment_config"] = dict(run.project.environment.config or {})
     if run.snapshot is not None:
-        values["data_path"] = str(snapshot_file(run.snapshot))
+        values["data_path"] = str(run.snapshot.file)
         values["snapshot_hash"] = run.snapshot.content_hash
         values.update(trainer.export_kinds.get(run.snapshot.export_kind) or {})
     for setting, model_id in (run.inputs.get("judges") or {}).items():
@@ -320,9 +319,9 @@ def _data(run: TrainingRun, trainer: Trainer, config: Any, errors: dict[str, str
 def run_policy_training(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
     """The Celery task's body: verify the snapshot, train, register the new version and create its review rollout
     run (`training.tasks.train_policy` sends it to the worker)."""
-    if run.snapshot is not None and not verify_snapshot(run.snapshot):
+    if run.snapshot is not None and not run.snapshot.verify():
         raise RuntimeError(
-            f"snapshot {run.snapshot.name!r}: the file {snapshot_file(run.snapshot)} no longer matches its hash "
+            f"snapshot {run.snapshot.name!r}: the file {run.snapshot.file} no longer matches its hash "
             f"{run.snapshot.content_hash[:12]}; refusing to train on changed data"
         )
     main = TRAINERS[run.kind].main

@@ -12,12 +12,12 @@ from typing import Any
 
 from django.db import transaction
 
-from feedback_app.exports.conversation import fetch_conversations
 from feedback_app.models import (
     Evaluation,
     JudgeKind,
     PolicyVersion,
     Project,
+    QueueItem,
     RegisteredModel,
     RunKind,
     Step,
@@ -25,8 +25,8 @@ from feedback_app.models import (
     TrainingRun,
     Trajectory,
 )
+from feedback_app.models.projects import QueryStrategy
 from feedback_app.models.trajectories import TaskSplit, TrajectorySource
-from feedback_app.queue import REVIEW_STRATEGY, enqueue_comparisons
 from reward_models.envs import load_environment
 from reward_models.rollout import Episode, rollout
 from training.policies import policy_for
@@ -325,7 +325,9 @@ def send_to_review(
     for index, trajectory in enumerate(new):
         candidates = theirs[trajectory.task_id]
         pairs.append((trajectory, candidates[index % len(candidates)]))
-    queued = enqueue_comparisons(run.project, pairs, priority=config.review_priority, query_strategy=REVIEW_STRATEGY)
+    queued = QueueItem.objects.enqueue_comparisons(
+        run.project, pairs, priority=config.review_priority, query_strategy=QueryStrategy.NEW_VS_PARENT
+    )
     recorder.log(f"queued {len(queued)} comparisons of {version.name} against {parent.name} for review")
     scores = record_reward_model_scores(run, version, parent, new, [t for ts in theirs.values() for t in ts], recorder)
     return {"comparisons": len(queued), "pairs": len(pairs), **scores}
@@ -362,11 +364,11 @@ def record_reward_model_scores(
     if judge is None or not new or not old:
         return {}
     model = load_reward_model(judge.path)
-    conversations = fetch_conversations([t.pk for t in [*new, *old]])
+    conversations = Trajectory.objects.filter(pk__in=[t.pk for t in [*new, *old]]).conversations()
     figures: dict[str, float] = {}
     evaluations = []
     for policy, trajectories in ((version, new), (parent, old)):
-        messages = [conversations[t.pk].messages for t in trajectories]
+        messages = [conversations[t.pk] for t in trajectories]
         rewards, _ = model.score([m[:2] for m in messages], [m[2:] for m in messages])
         mean = sum(rewards) / len(rewards)
         spread = math.sqrt(sum((r - mean) ** 2 for r in rewards) / max(len(rewards) - 1, 1))

@@ -38,11 +38,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol
 
-from feedback_app.exports.conversation import fetch_conversations
 from feedback_app.models import JudgeKind, LabelKind, Project, QueueItem, RegisteredModel, RunStatus, Trajectory
 from feedback_app.models.projects import QueryStrategy
+from feedback_app.models.queue import pairs_within_tasks
 from feedback_app.models.trajectories import TrajectorySource
-from feedback_app.queue import enqueue_comparisons, enqueue_trajectories, pairs_within_tasks
 
 if TYPE_CHECKING:
     from reward_models.reward.model import RewardModel
@@ -86,8 +85,8 @@ def member_rewards(trajectories: Sequence[Trajectory], scorer: Scorer) -> dict[i
     ids = list(dict.fromkeys(t.pk for t in trajectories))
     if not ids:
         return {}
-    conversations = fetch_conversations(ids)
-    messages = [conversations[pk].messages for pk in ids]
+    conversations = Trajectory.objects.filter(pk__in=ids).conversations()
+    messages = [conversations[pk] for pk in ids]
     per_member = scorer.member_rewards([m[:2] for m in messages], [m[2:] for m in messages])
     return {pk: [rewards[index] for rewards in per_member] for index, pk in enumerate(ids)}
 
@@ -278,7 +277,7 @@ def queue_selection(
     if used == QueryStrategy.NEW_VS_PARENT:
         partners = parent_trajectories(trajectories)
         chosen = _select(candidate_pairs(project, [*trajectories, *partners]), budget, used, None, rng)
-        result.items += enqueue_comparisons(project, chosen, priority=priority, query_strategy=used)
+        result.items += QueueItem.objects.enqueue_comparisons(project, chosen, priority=priority, query_strategy=used)
         left = budget - len(result.items)
         if left > 0:
             taken = {_key(pair) for pair in chosen}
@@ -286,12 +285,12 @@ def queue_selection(
             filler = _select(rest, left, QueryStrategy.RANDOM, None, rng)
             if filler:
                 note(f"only {len(chosen)} new-against-parent pairs: {len(filler)} random pairs fill the budget")
-            result.items += enqueue_comparisons(
+            result.items += QueueItem.objects.enqueue_comparisons(
                 project, filler, priority=priority, query_strategy=QueryStrategy.RANDOM
             )
     else:
         chosen = _select(candidates, budget, used, rewards, rng)
-        result.items += enqueue_comparisons(project, chosen, priority=priority, query_strategy=used)
+        result.items += QueueItem.objects.enqueue_comparisons(project, chosen, priority=priority, query_strategy=used)
     return result
 
 
@@ -334,10 +333,14 @@ def queue_step_reviews(
     if rewards is not None and candidates:
         mean = {pk: statistics.fmean(values) for pk, values in rewards.items()}
         chosen = sorted(candidates, key=lambda t: mean[t.pk])[:budget]
-        result.items += enqueue_trajectories(project, chosen, priority=priority, query_strategy=LOW_REWARD)
+        result.items += QueueItem.objects.enqueue_trajectories(
+            project, chosen, priority=priority, query_strategy=LOW_REWARD
+        )
     else:
         chosen = rng.sample(candidates, min(budget, len(candidates)))
-        result.items += enqueue_trajectories(project, chosen, priority=priority, query_strategy=QueryStrategy.RANDOM)
+        result.items += QueueItem.objects.enqueue_trajectories(
+            project, chosen, priority=priority, query_strategy=QueryStrategy.RANDOM
+        )
     return result
 
 

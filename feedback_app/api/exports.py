@@ -36,7 +36,6 @@ from feedback_app.exports import (
     Ties,
     create_snapshot,
     export_chunks,
-    open_snapshot,
     snapshot_format,
 )
 from feedback_app.exports.filters import parse_format, parse_kind
@@ -326,7 +325,7 @@ class SnapshotDownloadView(ThrottleAfterAccessMixin, APIView):
     def get(self, request, snapshot_pk: int) -> FileResponse:
         snapshot = _get_snapshot(self, request, snapshot_pk)
         try:
-            stream = open_snapshot(snapshot)
+            stream = snapshot.open()
         except OSError:  # gone, or never written: the row outlived its file
             raise NotFound("The snapshot's file is missing from the artifact store.") from None
         response = FileResponse(

@@ -28,12 +28,9 @@ from feedback_app.exports.rows import ExportRow
 from feedback_app.exports.snapshots import (
     DATASETS_BUILDER,
     create_snapshot,
-    open_snapshot,
     read_snapshot_rows,
-    snapshot_file,
     snapshot_filters,
     snapshot_format,
-    verify_snapshot,
 )
 from feedback_app.exports.stream import MEDIA_TYPES, RowTally, export_chunks
 
@@ -54,10 +51,7 @@ __all__ = [
     "create_snapshot",
     "export_chunks",
     "export_rows",
-    "open_snapshot",
     "read_snapshot_rows",
-    "snapshot_file",
     "snapshot_filters",
     "snapshot_format",
-    "verify_snapshot",
 ]

@@ -2,11 +2,11 @@
 made from and the SHA-256 of its bytes, so a training run cites exactly what it trained on and anyone can fetch
 the same bytes again.
 
-Training reads a snapshot through `snapshot_file` (a path for ``datasets.load_dataset``), `read_snapshot_rows` or
-`open_snapshot`, and checks it with `verify_snapshot`::
+Training reads a snapshot through its model's `DatasetSnapshot.file` (a path for ``datasets.load_dataset``) or
+`read_snapshot_rows` here, and checks it with `DatasetSnapshot.verify`::
 
     builder = DATASETS_BUILDER[snapshot_format(snapshot)]
-    dataset = datasets.load_dataset(builder, data_files=str(snapshot_file(snapshot)), split="train")
+    dataset = datasets.load_dataset(builder, data_files=str(snapshot.file), split="train")
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 from uuid import uuid4
 
 from django.conf import settings
@@ -31,7 +31,6 @@ SNAPSHOT_DIR = "snapshots"
 # The `datasets.load_dataset` builder that reads each format.
 DATASETS_BUILDER = {ExportFormat.JSONL: "json", ExportFormat.PARQUET: "parquet"}
 NAME_MAX_LENGTH = DatasetSnapshot._meta.get_field("name").max_length
-READ_CHUNK_BYTES = 1024 * 1024
 
 
 def create_snapshot(
@@ -92,11 +91,6 @@ def create_snapshot(
         partial.unlink(missing_ok=True)
 
 
-def snapshot_file(snapshot: DatasetSnapshot) -> Path:
-    """The absolute path of the snapshot's frozen file."""
-    return Path(settings.ARTIFACT_ROOT) / snapshot.path
-
-
 def snapshot_format(snapshot: DatasetSnapshot) -> ExportFormat:
     return ExportFormat(Path(snapshot.path).suffix.lstrip("."))
 
@@ -106,35 +100,16 @@ def snapshot_filters(snapshot: DatasetSnapshot) -> ExportFilters:
     return ExportFilters.from_query(snapshot.filters)
 
 
-def open_snapshot(snapshot: DatasetSnapshot) -> BinaryIO:
-    """The frozen file, opened for binary reading (the caller closes it)."""
-    return snapshot_file(snapshot).open("rb")
-
-
-def snapshot_chunks(snapshot: DatasetSnapshot, chunk_bytes: int = READ_CHUNK_BYTES) -> Iterator[bytes]:
-    with open_snapshot(snapshot) as stream:
-        while chunk := stream.read(chunk_bytes):
-            yield chunk
-
-
-def verify_snapshot(snapshot: DatasetSnapshot) -> bool:
-    """Whether the file's bytes still hash to the recorded `content_hash`."""
-    digest = hashlib.sha256()
-    for chunk in snapshot_chunks(snapshot):
-        digest.update(chunk)
-    return digest.hexdigest() == snapshot.content_hash
-
-
 def read_snapshot_rows(snapshot: DatasetSnapshot) -> Iterator[dict[str, Any]]:
     """The snapshot's rows as dicts, streamed from the file (JSONL line by line, Parquet a row group at a time)."""
     if snapshot_format(snapshot) == ExportFormat.JSONL:
-        with open_snapshot(snapshot) as stream:
+        with snapshot.open() as stream:
             for line in stream:
                 if line.strip():
                     yield json.loads(line)
         return
     import pyarrow.parquet as pq
 
-    with open_snapshot(snapshot) as stream:
+    with snapshot.open() as stream:
         for batch in pq.ParquetFile(stream).iter_batches():
             yield from batch.to_pylist()

@@ -8,7 +8,6 @@ from typing import Any
 
 from django.db import transaction
 
-from feedback_app.exports.snapshots import snapshot_file
 from feedback_app.launch_forms.forms import RunForm, run_form
 from feedback_app.launch_forms.new_snapshot import NewSnapshot
 from feedback_app.models import DatasetSnapshot, PolicyVersion, Project, RegisteredModel, TrainingRun
@@ -60,7 +59,7 @@ def launch_run(
         if errors:
             transaction.set_rollback(True)
             if made is not None:
-                snapshot_file(made).unlink(missing_ok=True)
+                made.file.unlink(missing_ok=True)
             raise LaunchError(errors)
         launch.send(run)
     return run

@@ -1,6 +1,6 @@
 """Bootstrapped policies move into their project's artifact folder.
 
-A project may load models only from its own folders (feedback_app/model_locations.py); bootstrap runs used to write
+A project may load models only from its own folders (feedback_app/models/locations.py); bootstrap runs used to write
 to ARTIFACT_ROOT/policies/bootstrap-run-<id>, outside any project's folder. Each such directory moves to
 ARTIFACT_ROOT/policies/<project id>/bootstrap-run-<id>, and the rows that name it follow.
 """

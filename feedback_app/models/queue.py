@@ -7,7 +7,9 @@ take the same slot, whatever the database interleaving, and an expired lease fre
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -15,6 +17,98 @@ from django.db import models
 from django.db.models import F, Q
 
 from feedback_app.models.labels import LabelKind
+
+if TYPE_CHECKING:
+    from feedback_app.models.projects import Project
+    from feedback_app.models.trajectories import Trajectory
+
+
+class QueueItemManager(models.Manager):
+    """Putting work in the queue. Taking it out (leases, skips, completion) is `feedback_app.queue`'s."""
+
+    def enqueue_comparisons(
+        self,
+        project: Project,
+        pairs: Iterable[tuple[Trajectory, Trajectory]],
+        *,
+        priority: int = 0,
+        query_strategy: str = "random",
+        overlap: int | None = None,
+    ) -> list[QueueItem]:
+        """Queue comparisons of trajectory pairs (same task), in canonical order; a pair already queued is
+        skipped."""
+        wanted: dict[tuple[int, int], tuple[Trajectory, Trajectory]] = {}
+        for one, other in pairs:
+            if one.task_id != other.task_id:
+                raise ValueError(f"pairs: trajectories {one.pk} and {other.pk} are of different tasks")
+            if one.pk == other.pk:
+                raise ValueError(f"pairs: trajectory {one.pk} is paired with itself")
+            low, high = sorted((one, other), key=lambda t: t.pk)
+            wanted[(low.pk, high.pk)] = (low, high)
+        existing = set(
+            self.filter(project=project, kind=LabelKind.COMPARISON, is_gold=False).values_list(
+                "trajectory_id", "other_trajectory_id"
+            )
+        )
+        items = [
+            self.model(
+                project=project,
+                kind=LabelKind.COMPARISON,
+                trajectory=low,
+                other_trajectory=high,
+                priority=priority,
+                overlap=overlap or project.overlap,
+                query_strategy=query_strategy,
+            )
+            for key, (low, high) in wanted.items()
+            if key not in existing
+        ]
+        return self.bulk_create(items, batch_size=1000)
+
+    def enqueue_trajectories(
+        self,
+        project: Project,
+        trajectories: Iterable[Trajectory],
+        *,
+        kind: str = LabelKind.STEP_LABEL,
+        priority: int = 0,
+        query_strategy: str = "random",
+        overlap: int | None = None,
+    ) -> list[QueueItem]:
+        """Queue single trajectories for review; a trajectory already queued is skipped.
+
+        A single-trajectory item is served on the step page, where the annotator labels steps and may also critique,
+        rate and intervene; so `step_label` is the one kind of item a lone trajectory gets.
+        """
+        if kind != LabelKind.STEP_LABEL:
+            raise ValueError(f"kind: a single trajectory is queued for step_label review, not {kind!r}")
+        trajectories = list(trajectories)
+        existing = set(
+            self.filter(
+                project=project, kind=kind, is_gold=False, trajectory__in=[t.pk for t in trajectories]
+            ).values_list("trajectory_id", flat=True)
+        )
+        items = [
+            self.model(
+                project=project,
+                kind=kind,
+                trajectory=trajectory,
+                priority=priority,
+                overlap=overlap or project.overlap,
+                query_strategy=query_strategy,
+            )
+            for trajectory in {t.pk: t for t in trajectories}.values()
+            if trajectory.pk not in existing
+        ]
+        return self.bulk_create(items, batch_size=1000)
+
+
+def pairs_within_tasks(trajectories: Iterable[Trajectory]) -> list[tuple[Trajectory, Trajectory]]:
+    """Every pair of trajectories that share a task, in id order: the simplest comparison queue."""
+    by_task: dict[int, list[Trajectory]] = {}
+    for trajectory in sorted(trajectories, key=lambda t: t.pk):
+        by_task.setdefault(trajectory.task_id, []).append(trajectory)
+    return [(a, b) for group in by_task.values() for i, a in enumerate(group) for b in group[i + 1 :]]
 
 
 class QueueItem(models.Model):
@@ -36,6 +130,8 @@ class QueueItem(models.Model):
     query_strategy = models.CharField(max_length=32, blank=True)
     completed_count = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = QueueItemManager()
 
     class Meta:
         ordering = ["-priority", "id"]

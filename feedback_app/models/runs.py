@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
+from typing import BinaryIO
 
 from django.conf import settings
 from django.db import models
@@ -63,6 +67,27 @@ class DatasetSnapshot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.content_hash[:12]})"
+
+    @property
+    def file(self) -> Path:
+        """The absolute path of the frozen file (a path for ``datasets.load_dataset``)."""
+        return Path(settings.ARTIFACT_ROOT) / self.path
+
+    def open(self) -> BinaryIO:
+        """The frozen file, opened for binary reading (the caller closes it)."""
+        return self.file.open("rb")
+
+    def chunks(self, chunk_bytes: int = 1024 * 1024) -> Iterator[bytes]:
+        with self.open() as stream:
+            while chunk := stream.read(chunk_bytes):
+                yield chunk
+
+    def verify(self) -> bool:
+        """Whether the file's bytes still hash to the recorded `content_hash`."""
+        digest = hashlib.sha256()
+        for chunk in self.chunks():
+            digest.update(chunk)
+        return digest.hexdigest() == self.content_hash
 
 
 class TrainingRun(models.Model):

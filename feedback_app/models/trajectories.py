@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from feedback_app.model_locations import LocationError, check_endpoint_url, check_model_path
+from feedback_app.models.locations import LocationError, check_endpoint_url, check_model_path
+from reward_models.conversation import Message, StepTurn, trajectory_messages
+
+
+class NotReplayable(ValidationError):
+    """The environment cannot rebuild this trajectory's episode: it can be labelled and critiqued, not continued."""
 
 
 class TaskSplit(models.TextChoices):
@@ -41,6 +48,26 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"task {self.pk} (seed {self.seed})" if self.seed is not None else f"task {self.pk}"
+
+    @property
+    def is_replayable(self) -> bool:
+        return bool(self.spec) or self.seed is not None
+
+    def reset_spec(self) -> dict[str, Any]:
+        """The task dict the environment's reset() takes: the stored spec, with the task's seed and instruction
+        where the spec leaves them out (policies read the instruction from it). `NotReplayable` for a task imported
+        with neither."""
+        if not self.is_replayable:
+            raise NotReplayable(
+                {
+                    "trajectory": "This trajectory was imported without its task's seed or spec, so the environment "
+                    "cannot replay it and it cannot be continued. You can still label its steps and critique it."
+                }
+            )
+        defaults: dict[str, Any] = {"instruction": self.instruction}
+        if self.seed is not None:
+            defaults["seed"] = self.seed
+        return {**defaults, **self.spec}
 
 
 class PolicyKind(models.TextChoices):
@@ -100,7 +127,7 @@ class PolicyVersion(models.Model):
             raise ValidationError(errors)
 
     def location_errors(self) -> dict[str, str]:
-        """Why this version's weights path or endpoint URL is not one its project may use (model_locations)."""
+        """Why this version's weights path or endpoint URL is not one its project may use (models.locations)."""
         errors = {}
         try:
             if self.kind == PolicyKind.LOCAL and self.weights_path:
@@ -139,6 +166,19 @@ class TrajectorySource(models.TextChoices):
     IMPORT = "import", "Imported"
 
 
+class TrajectoryQuerySet(models.QuerySet):
+    def conversations(self) -> dict[int, list[Message]]:
+        """Each trajectory's chat messages by id (`reward_models.conversation`: the prompt, then every step's
+        assistant message and the replies that came back), in two queries. Exports fetch theirs in bulk through
+        `feedback_app.exports.conversation`, which keeps each message's JSON as well."""
+        prompts = dict(self.values_list("id", "prompt"))
+        steps: dict[int, list[StepTurn]] = {pk: [] for pk in prompts}
+        rows = Step.objects.filter(trajectory_id__in=list(prompts)).order_by("trajectory_id", "index")
+        for trajectory_id, message, replies in rows.values_list("trajectory_id", "message", "replies"):
+            steps[trajectory_id].append(StepTurn(message, replies))
+        return {pk: trajectory_messages(prompt, steps[pk]) for pk, prompt in prompts.items()}
+
+
 class Trajectory(models.Model):
     """One episode. A node in a tree: an intervention branches a child off its parent at `branch_step_index`.
 
@@ -172,6 +212,8 @@ class Trajectory(models.Model):
     prompt = models.JSONField(default=list, blank=True, help_text="The messages before the agent's first turn.")
     tools = models.JSONField(default=list, blank=True, help_text="The tool schemas the agent was offered.")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TrajectoryQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -20,7 +20,7 @@ COUNTS = ("items", "comparison", "step_label", "critique", "intervention", "skip
 
 
 def task_spec(task: dict[str, Any]) -> dict[str, Any]:
-    """The task dict the environment's reset() takes, from the API's task: as feedback_app.corrections.task_spec."""
+    """The task dict the environment's reset() takes, from the API's task: as `Task.reset_spec`."""
     defaults: dict[str, Any] = {"instruction": task["instruction"]}
     if task.get("seed") is not None:
         defaults["seed"] = task["seed"]

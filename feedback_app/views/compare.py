@@ -31,6 +31,7 @@ from feedback_app.models import (
     Step,
     Trajectory,
 )
+from feedback_app.models.projects import QueryStrategy
 from feedback_app.models.queue import AssignmentStatus
 from feedback_app.templatetags.tandem import mark_repeated_observations, step_card
 from feedback_app.views.workspace import get_membership_and_assignment
@@ -179,7 +180,7 @@ def _workspace(
 
 
 def _reviews_new_version(assignment: Assignment | None) -> bool:
-    return assignment is not None and assignment.item.query_strategy == queue.REVIEW_STRATEGY
+    return assignment is not None and assignment.item.query_strategy == QueryStrategy.NEW_VS_PARENT
 
 
 def _pair(assignment: Assignment, show_outcomes: bool) -> dict:

@@ -25,16 +25,10 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from feedback_app import labelling
 from feedback_app.access import get_project_for_member, sees_outcomes
-from feedback_app.corrections import (
-    NotReplayable,
-    legal_actions_at,
-    offered_tools,
-    replay_correction,
-    task_spec,
-    turn_message,
-)
+from feedback_app.corrections import legal_actions_at, offered_tools, replay_correction
 from feedback_app.models import Intervention, Membership, Step, Trajectory
 from feedback_app.models.labels import InterventionStatus
+from feedback_app.models.trajectories import NotReplayable
 from feedback_app.templatetags.tandem import mark_repeated_observations
 from feedback_app.views.chat_turn import (
     TurnEditor,
@@ -47,6 +41,7 @@ from feedback_app.views.steps import errors_by_field, step_or_404, trajectory_fo
 from feedback_app.views.workspace import get_own_assignment
 from reward_models.conversation import message_tool_calls
 from reward_models.envs.base import describe_message
+from reward_models.envs.corrections import turn_message
 
 TEMPLATE = "feedback_app/intervene.html"
 STATUS_TEMPLATE = "feedback_app/_intervention_status.html"
@@ -247,7 +242,7 @@ def _play(trajectory: Trajectory, step: Step, prefix: list[Step], params: QueryD
         env = trajectory.project.environment.load()
         results = replay_correction(
             env,
-            task_spec(trajectory.task),
+            trajectory.task.reset_spec(),
             [earlier.message for earlier in prefix],
             turn_message(env, play.corrected_action),
             [turn_message(env, action) for action in play.takeover_actions],
@@ -298,7 +293,7 @@ def _chat_play(
         turns.append(turn)
     original = [earlier.message for earlier in prefix]
     try:
-        task = task_spec(trajectory.task)
+        task = trajectory.task.reset_spec()
         if interactive:
             if params.get("switch") in ("takeover", "correct"):
                 play.takeover = params["switch"] == "takeover"

@@ -8,12 +8,12 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from feedback_app import queue
 from feedback_app.models import (
     DatasetSnapshot,
     EnvironmentSpec,
     Membership,
     Project,
+    QueueItem,
     RegisteredModel,
     RunStatus,
     TrainingRun,
@@ -74,14 +74,14 @@ def pair(make_trajectory):
     """A 3-step and a 5-step trajectory of the same task, queued for comparison."""
     short = make_trajectory(3, success=True, outcome_return=1.0)
     long = make_trajectory(5, success=False, outcome_return=0.0)
-    item = queue.enqueue_comparisons(short.project, [(short, long)])[0]
+    item = QueueItem.objects.enqueue_comparisons(short.project, [(short, long)])[0]
     return short, long, item
 
 
 @pytest.fixture
 def two_pairs(pair, make_trajectory):
     third = make_trajectory(2)
-    second_item = queue.enqueue_comparisons(third.project, [(pair[0], third)])[0]
+    second_item = QueueItem.objects.enqueue_comparisons(third.project, [(pair[0], third)])[0]
     return pair[2], second_item
 
 

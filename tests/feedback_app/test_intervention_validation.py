@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from feedback_app.corrections import legal_actions_at, task_spec, validate_correction
+from feedback_app.corrections import legal_actions_at, validate_correction
 from feedback_app.models import Step, Task, Trajectory
 from reward_models.envs.gridworld import ACTIONS, GridWorld
 from tests.trajectories import save_steps
@@ -125,4 +125,4 @@ def test_a_task_the_environment_cannot_rebuild_is_refused(played, project):
 
 
 def test_the_task_spec_keeps_the_instruction_for_the_policy(task):
-    assert task_spec(task) == {"seed": 7, "instruction": "reach the goal"}
+    assert task.reset_spec() == {"seed": 7, "instruction": "reach the goal"}

@@ -8,19 +8,19 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
 from feedback_app import labelling, queue
-from feedback_app.models import Comparison, Critique, Rating, StepLabel
+from feedback_app.models import Comparison, Critique, QueueItem, Rating, StepLabel
 from feedback_app.models.queue import AssignmentStatus
 
 
 @pytest.fixture
 def comparison_assignment(project, annotator, make_trajectory):
-    queue.enqueue_comparisons(project, [(make_trajectory(3), make_trajectory(4))])
+    QueueItem.objects.enqueue_comparisons(project, [(make_trajectory(3), make_trajectory(4))])
     return queue.next_assignment(annotator, project)
 
 
 @pytest.fixture
 def step_assignment(project, annotator, make_trajectory):
-    queue.enqueue_trajectories(project, [make_trajectory(4)])
+    QueueItem.objects.enqueue_trajectories(project, [make_trajectory(4)])
     return queue.next_assignment(annotator, project)
 
 

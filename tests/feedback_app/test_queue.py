@@ -12,13 +12,13 @@ from django.utils import timezone
 from feedback_app import queue
 from feedback_app.hot_path import queue_sql
 from feedback_app.models import Assignment, LabelKind, QueueItem
-from feedback_app.models.queue import AssignmentStatus
+from feedback_app.models.queue import AssignmentStatus, pairs_within_tasks
 
 
 @pytest.fixture
 def comparison_items(project, make_trajectory):
     trajectories = [make_trajectory(3) for _ in range(4)]
-    return queue.enqueue_comparisons(project, queue.pairs_within_tasks(trajectories))
+    return QueueItem.objects.enqueue_comparisons(project, pairs_within_tasks(trajectories))
 
 
 @pytest.fixture
@@ -32,10 +32,10 @@ def third_annotator(django_user_model, project):
 
 def test_it_queues_each_pair_once_in_canonical_order(project, make_trajectory):
     first, second = make_trajectory(2), make_trajectory(2)
-    items = queue.enqueue_comparisons(project, [(second, first), (first, second)])
+    items = QueueItem.objects.enqueue_comparisons(project, [(second, first), (first, second)])
     assert len(items) == 1
     assert (items[0].trajectory_id, items[0].other_trajectory_id) == (first.pk, second.pk)
-    assert queue.enqueue_comparisons(project, [(first, second)]) == []
+    assert QueueItem.objects.enqueue_comparisons(project, [(first, second)]) == []
 
 
 def test_it_refuses_to_pair_trajectories_of_different_tasks(project, make_trajectory):
@@ -43,12 +43,12 @@ def test_it_refuses_to_pair_trajectories_of_different_tasks(project, make_trajec
 
     other_task = Task.objects.create(project=project, instruction="other", seed=99)
     with pytest.raises(ValueError, match="different tasks"):
-        queue.enqueue_comparisons(project, [(make_trajectory(2), make_trajectory(2, task=other_task))])
+        QueueItem.objects.enqueue_comparisons(project, [(make_trajectory(2), make_trajectory(2, task=other_task))])
 
 
 def test_it_serves_highest_priority_first(project, annotator, make_trajectory):
-    low = queue.enqueue_trajectories(project, [make_trajectory(2)], priority=0)[0]
-    high = queue.enqueue_trajectories(project, [make_trajectory(2)], priority=5)[0]
+    low = QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2)], priority=0)[0]
+    high = QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2)], priority=5)[0]
     assignment = queue.next_assignment(annotator, project)
     assert assignment.item == high
     assert low.pk != high.pk
@@ -72,7 +72,7 @@ def test_it_never_gives_an_annotator_the_same_item_twice(project, annotator, com
 def test_it_fills_each_item_up_to_its_overlap_and_no_further(
     project, annotator, other_annotator, third_annotator, make_trajectory
 ):
-    item = queue.enqueue_trajectories(project, [make_trajectory(2)])[0]
+    item = QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2)])[0]
     assert item.overlap == 2
     first = queue.next_assignment(annotator, project)
     second = queue.next_assignment(other_annotator, project)
@@ -83,7 +83,7 @@ def test_it_fills_each_item_up_to_its_overlap_and_no_further(
 def test_an_expired_lease_returns_its_slot_to_the_pool(
     project, annotator, other_annotator, third_annotator, make_trajectory
 ):
-    queue.enqueue_trajectories(project, [make_trajectory(2)])
+    QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2)])
     stale = queue.next_assignment(annotator, project)
     queue.next_assignment(other_annotator, project)
     later = timezone.now() + timedelta(minutes=project.lease_minutes + 1)
@@ -98,7 +98,7 @@ def test_on_postgresql_a_plain_lease_is_one_statement_and_an_expired_lease_is_le
 ):
     if connection.vendor != "postgresql":
         pytest.skip("the one-statement lease is PostgreSQL's (FOR UPDATE SKIP LOCKED in a data-modifying WITH)")
-    first, second = queue.enqueue_trajectories(project, [make_trajectory(2), make_trajectory(2)])
+    first, second = QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2), make_trajectory(2)])
     QueueItem.objects.filter(pk=second.pk).update(priority=5)
     with django_assert_num_queries(2):  # the user's current lease (none), then the lease
         leased = queue.next_assignment(annotator, project, rng=random.Random(0))
@@ -122,7 +122,7 @@ def test_without_resume_the_next_item_is_leased_even_while_a_lease_is_live(proje
 
 
 def test_a_label_on_an_expired_lease_counts_while_the_item_needs_labels(project, annotator, make_trajectory):
-    item = queue.enqueue_trajectories(project, [make_trajectory(2)])[0]
+    item = QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2)])[0]
     assignment = queue.next_assignment(annotator, project)
     later = timezone.now() + timedelta(minutes=project.lease_minutes + 1)
     queue.complete(assignment, now=later)
@@ -134,7 +134,7 @@ def test_a_label_on_an_expired_lease_counts_while_the_item_needs_labels(project,
 def test_a_label_on_an_expired_lease_is_refused_once_the_item_is_full(
     project, annotator, other_annotator, third_annotator, make_trajectory
 ):
-    item = queue.enqueue_trajectories(project, [make_trajectory(2)])[0]
+    item = QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2)])[0]
     stale = queue.next_assignment(annotator, project)
     queue.complete(queue.next_assignment(other_annotator, project))
     later = timezone.now() + timedelta(minutes=project.lease_minutes + 1)
@@ -146,7 +146,7 @@ def test_a_label_on_an_expired_lease_is_refused_once_the_item_is_full(
 
 
 def test_completing_twice_counts_once(project, annotator, make_trajectory):
-    item = queue.enqueue_trajectories(project, [make_trajectory(2)])[0]
+    item = QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2)])[0]
     assignment = queue.next_assignment(annotator, project)
     queue.complete(assignment)
     queue.complete(assignment)
@@ -164,7 +164,7 @@ def test_a_skip_frees_the_slot_and_is_recorded(project, annotator, other_annotat
 
 
 def test_queue_counts_shrink_as_the_annotator_labels(project, annotator, comparison_items, make_trajectory):
-    queue.enqueue_trajectories(project, [make_trajectory(2)])
+    QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2)])
     assert queue.queue_counts(project, annotator) == {"comparison": 6, "step_label": 1}
     queue.complete(queue.next_assignment(annotator, project, kind=LabelKind.COMPARISON))
     assert queue.queue_counts(project, annotator)["comparison"] == 5
@@ -172,7 +172,7 @@ def test_queue_counts_shrink_as_the_annotator_labels(project, annotator, compari
 
 def test_gold_items_are_mixed_in_at_the_project_rate(project, annotator, make_trajectory):
     trajectories = [make_trajectory(2) for _ in range(3)]
-    queue.enqueue_trajectories(project, trajectories[:2])
+    QueueItem.objects.enqueue_trajectories(project, trajectories[:2])
     gold = QueueItem.objects.create(
         project=project, kind="step_label", trajectory=trajectories[2], is_gold=True, gold_answer={"first_error": 1}
     )
@@ -221,9 +221,11 @@ def test_the_lease_takes_the_first_item_that_open_items_lists(
     items, through leases live and stale, labels, skips, priorities, kinds and gold."""
     rng = random.Random(7)
     trajectories = [make_trajectory(2) for _ in range(5)]
-    for one, other in queue.pairs_within_tasks(trajectories):
-        queue.enqueue_comparisons(project, [(one, other)], priority=rng.choice([0, 0, 3]), overlap=rng.choice([1, 2]))
-    queue.enqueue_trajectories(project, trajectories[:3], priority=1)
+    for one, other in pairs_within_tasks(trajectories):
+        QueueItem.objects.enqueue_comparisons(
+            project, [(one, other)], priority=rng.choice([0, 0, 3]), overlap=rng.choice([1, 2])
+        )
+    QueueItem.objects.enqueue_trajectories(project, trajectories[:3], priority=1)
     for item in rng.sample(list(QueueItem.objects.filter(project=project)), 3):
         QueueItem.objects.filter(pk=item.pk).update(is_gold=True, gold_answer={"choice": "a"})
     now = timezone.now()
@@ -249,7 +251,7 @@ def test_the_lease_takes_the_first_item_that_open_items_lists(
 def test_only_the_project_s_items_are_served(project, annotator, make_trajectory, gridworld_spec):
     from feedback_app.models import Project
 
-    queue.enqueue_trajectories(project, [make_trajectory(2)])
+    QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2)])
     elsewhere = Project.objects.create(name="Elsewhere", environment=gridworld_spec)
     assert queue.next_assignment(annotator, elsewhere) is None
 
@@ -259,7 +261,7 @@ def test_concurrent_annotators_never_share_a_slot_beyond_the_overlap(project, ma
     """Eight annotators ask for work at the same moment, from eight threads with their own connections."""
     from feedback_app.models import Membership
 
-    items = queue.enqueue_trajectories(project, [make_trajectory(2) for _ in range(3)])
+    items = QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2) for _ in range(3)])
     users = []
     for n in range(8):
         user = django_user_model.objects.create_user(username=f"crowd{n}")
@@ -295,7 +297,7 @@ def test_items_filled_under_the_lease_do_not_make_the_queue_look_empty(
 ):
     """Under load the first open item is often filled by another annotator between the choice and the row lock; each
     such miss must send the lease on to the next item, not end it with "nothing left" (it gave up after three)."""
-    queue.enqueue_trajectories(project, [make_trajectory(2) for _ in range(8)])
+    QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2) for _ in range(8)])
     free_slot, misses = queue_sql.free_slot, []
 
     def filled_meanwhile(item, now):

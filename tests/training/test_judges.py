@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from feedback_app.exports.filters import ExportFilters
-from feedback_app.exports.snapshots import create_snapshot, snapshot_file
+from feedback_app.exports.snapshots import create_snapshot
 from feedback_app.imports import import_preference_stream
 from feedback_app.models import Evaluation, RegisteredModel, RunStatus, TrainingRun
 from simulation.episodes import scripted_episodes
@@ -74,7 +74,7 @@ def test_a_reward_model_run_trains_on_the_snapshot_and_registers_the_model(
 
 def test_a_changed_snapshot_file_fails_the_run_before_training(project, tiny_policy, preference_snapshot):
     run = create_judge_run(project, "reward_model", snapshot=preference_snapshot, config=QUICK)
-    with snapshot_file(preference_snapshot).open("ab") as file:
+    with preference_snapshot.file.open("ab") as file:
         file.write(b'{"prompt": "tampered"}\n')
 
     run = _run_to_the_end(run)

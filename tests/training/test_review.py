@@ -14,7 +14,7 @@ from feedback_app.models import (
     TrainingRun,
     Trajectory,
 )
-from feedback_app.queue import REVIEW_STRATEGY
+from feedback_app.models.projects import QueryStrategy
 from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
 from training.runs import execute_run
 
@@ -45,7 +45,7 @@ def test_a_review_rollout_plays_the_parent_where_needed_and_queues_each_new_traj
     parent = Trajectory.objects.filter(rollout_run=run, policy_version=tiny_policy)
     assert new.count() == 6 and parent.count() == 6  # the parent had never played the review tasks
     assert run.summary["trajectories"] == 6  # the summary is the new version's
-    items = QueueItem.objects.filter(project=project, query_strategy=REVIEW_STRATEGY)
+    items = QueueItem.objects.filter(project=project, query_strategy=QueryStrategy.NEW_VS_PARENT)
     assert items.count() == run.summary["review"]["comparisons"] == 6
     for item in items.select_related("trajectory", "other_trajectory"):
         versions = {item.trajectory.policy_version_id, item.other_trajectory.policy_version_id}
@@ -65,12 +65,12 @@ def test_a_review_rollout_reuses_the_parents_trajectories_and_repeating_it_queue
 
     run = review_run(project, child_policy)
     assert not Trajectory.objects.filter(rollout_run=run, policy_version=tiny_policy).exists()
-    assert QueueItem.objects.filter(query_strategy=REVIEW_STRATEGY).count() == 6
+    assert QueueItem.objects.filter(query_strategy=QueryStrategy.NEW_VS_PARENT).count() == 6
 
     # A worker that died after queueing but before marking the run done: taken up again, nothing doubles.
     TrainingRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
     assert execute_run(run.pk, run_rollout) == RunStatus.SUCCEEDED
-    assert QueueItem.objects.filter(query_strategy=REVIEW_STRATEGY).count() == 6
+    assert QueueItem.objects.filter(query_strategy=QueryStrategy.NEW_VS_PARENT).count() == 6
     assert Trajectory.objects.filter(rollout_run=run).count() == 6
 
 
@@ -78,7 +78,7 @@ def test_a_version_without_a_parent_has_nothing_to_be_compared_with(project, tin
     run = review_run(project, tiny_policy)
     assert run.summary["review"] == {"comparisons": 0}
     assert "no parent version" in run.log
-    assert not QueueItem.objects.filter(query_strategy=REVIEW_STRATEGY).exists()
+    assert not QueueItem.objects.filter(query_strategy=QueryStrategy.NEW_VS_PARENT).exists()
 
 
 def test_the_projects_reward_model_scores_both_versions_review_trajectories(

@@ -12,7 +12,7 @@ import pytest
 from feedback_app.labelling import submit_comparison
 from feedback_app.models import Comparison, PolicyVersion, QueueItem, RegisteredModel, RunStatus, Step, TrainingRun
 from feedback_app.models import Trajectory as TrajectoryRow
-from feedback_app.queue import enqueue_comparisons, next_assignment
+from feedback_app.queue import next_assignment
 from tests.trajectories import save_steps
 from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
 from training.runs import execute_run
@@ -169,7 +169,7 @@ def test_random_selection_is_seeded_and_within_budget(project, tagged, task):
 def test_candidates_leave_out_pairs_already_queued_and_trajectories_without_steps(project, tagged):
     a, b, c = tagged("a"), tagged("b"), tagged("c")
     empty = tagged("e", n_steps=0)
-    enqueue_comparisons(project, [(b, a)])
+    QueueItem.objects.enqueue_comparisons(project, [(b, a)])
 
     assert ids(candidate_pairs(project, [a, b, c, empty])) == ids([(a, c), (b, c)])
 

@@ -8,8 +8,18 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from feedback_app import queue
-from feedback_app.models import EnvironmentSpec, Membership, PolicyVersion, Project, Role, RunStatus, Task, TrainingRun
+from feedback_app.models import (
+    EnvironmentSpec,
+    Membership,
+    PolicyVersion,
+    Project,
+    QueueItem,
+    Role,
+    RunStatus,
+    Task,
+    TrainingRun,
+)
+from feedback_app.models.queue import pairs_within_tasks
 from feedback_app.models.trajectories import TaskSplit
 from reward_models.envs import training_seeds
 from reward_models.policy.bootstrap import BootstrapConfig
@@ -224,7 +234,7 @@ class Command(BaseCommand):
         """Give the annotators work: every pair of the base policy's samples per task, and each trajectory for
         step labels. Pairs and trajectories already queued are skipped."""
         trajectories = list(project.trajectories.filter(policy_version=policy, parent__isnull=True))
-        comparisons = queue.enqueue_comparisons(project, queue.pairs_within_tasks(trajectories))
-        step_items = queue.enqueue_trajectories(project, trajectories)
+        comparisons = QueueItem.objects.enqueue_comparisons(project, pairs_within_tasks(trajectories))
+        step_items = QueueItem.objects.enqueue_trajectories(project, trajectories)
         if comparisons or step_items:
             self.stdout.write(f"Queued {len(comparisons)} comparisons and {len(step_items)} step-label items.")

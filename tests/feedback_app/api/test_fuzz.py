@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from feedback_app.models import QueueItem
+
 schemathesis = pytest.importorskip("schemathesis")
 
 pytestmark = pytest.mark.django_db
@@ -34,11 +36,10 @@ def world(project, annotator, researcher, make_trajectory, task, settings, tmp_p
     from feedback_app.exports.filters import ExportFilters
     from feedback_app.exports.snapshots import create_snapshot
     from feedback_app.models import ApiToken, Comparison, Critique, Evaluation, Rating, StepLabel, TrainingRun
-    from feedback_app.queue import enqueue_comparisons, enqueue_trajectories
 
     first, second = make_trajectory(3), make_trajectory(2)
-    enqueue_comparisons(project, [(first, second)])
-    enqueue_trajectories(project, [first])
+    QueueItem.objects.enqueue_comparisons(project, [(first, second)])
+    QueueItem.objects.enqueue_trajectories(project, [first])
     comparison = Comparison.objects.create(
         project=project, annotator=annotator, trajectory_a=first, trajectory_b=second, choice="a"
     )

@@ -19,8 +19,12 @@ def _url(project, path: str) -> str:
 def items(project, make_trajectory):
     """A comparison item at high priority and a step_label item of a 3-step trajectory."""
     first, second = make_trajectory(n_steps=2), make_trajectory(n_steps=2)
-    (comparison,) = queue.enqueue_comparisons(project, [(first, second)], priority=5, query_strategy="uncertainty")
-    (review,) = queue.enqueue_trajectories(project, [make_trajectory(n_steps=3)], query_strategy="disagreement")
+    (comparison,) = QueueItem.objects.enqueue_comparisons(
+        project, [(first, second)], priority=5, query_strategy="uncertainty"
+    )
+    (review,) = QueueItem.objects.enqueue_trajectories(
+        project, [make_trajectory(n_steps=3)], query_strategy="disagreement"
+    )
     return comparison, review
 
 

@@ -12,9 +12,7 @@ from feedback_app.exports import (
     create_snapshot,
     export_chunks,
     read_snapshot_rows,
-    snapshot_file,
     snapshot_filters,
-    verify_snapshot,
 )
 from feedback_app.models import Comparison, DatasetSnapshot
 from tests.feedback_app.exports.helpers import as_in_jsonl, rows
@@ -32,7 +30,7 @@ def test_a_snapshot_freezes_the_export_with_its_hash_and_row_ids(labelled_projec
 
     snapshot = create_snapshot(labelled_project, "preference", filters, user=researcher, name="rm data v1")
 
-    path = snapshot_file(snapshot)
+    path = snapshot.file
     assert path.parent == artifact_root / "snapshots" / str(labelled_project.pk)
     assert path.read_bytes() == live
     assert snapshot.content_hash == hashlib.sha256(live).hexdigest()
@@ -51,27 +49,27 @@ def test_a_snapshot_freezes_the_export_with_its_hash_and_row_ids(labelled_projec
 
 def test_a_snapshot_stays_the_same_bytes_when_labels_change(labelled_project, researcher, annotator):
     snapshot = create_snapshot(labelled_project, "preference", ExportFilters(), user=researcher, name="frozen")
-    before = snapshot_file(snapshot).read_bytes()
+    before = snapshot.file.read_bytes()
     for label in Comparison.objects.filter(project=labelled_project, annotator=annotator, is_current=True):
         label.revise(choice="both_bad")
 
     assert rows(labelled_project, "preference") != list(read_snapshot_rows(snapshot))
-    assert snapshot_file(snapshot).read_bytes() == before
-    assert verify_snapshot(snapshot)
+    assert snapshot.file.read_bytes() == before
+    assert snapshot.verify()
 
 
 def test_a_tampered_file_fails_verification(labelled_project, researcher):
     snapshot = create_snapshot(labelled_project, "unpaired", ExportFilters(), user=researcher, name="kto")
-    with snapshot_file(snapshot).open("ab") as out:
+    with snapshot.file.open("ab") as out:
         out.write(b"\n")
-    assert not verify_snapshot(snapshot)
+    assert not snapshot.verify()
 
 
 def test_a_parquet_snapshot_reads_back_the_same_rows(labelled_project, researcher):
     snapshot = create_snapshot(
         labelled_project, ExportKind.STEPWISE, ExportFilters(), user=researcher, name="prm", fmt="parquet"
     )
-    assert snapshot_file(snapshot).suffix == ".parquet"
+    assert snapshot.file.suffix == ".parquet"
     exported = rows(labelled_project, "stepwise")
     assert as_in_jsonl(list(read_snapshot_rows(snapshot))) == exported
     # Rows from step labels cite those labels; rows an intervention implies cite the intervention.

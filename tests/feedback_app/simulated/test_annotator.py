@@ -33,8 +33,7 @@ def gridworld_pairs(project):
     """Comparisons of three trajectories per gridworld task (the shortest path, and the same cut one and two steps
     short), stored in a random order so the better one is sometimes the lower id; queued with strategy
     "uncertainty". Returns the oracle's preferred trajectory id for each queued pair."""
-    from feedback_app import queue
-    from feedback_app.models import Task
+    from feedback_app.models import QueueItem, Task
 
     env, rng, better = GridWorld(), random.Random(0), {}
     project.gold_fraction = 0.0
@@ -57,7 +56,7 @@ def gridworld_pairs(project):
             for other, other_return in stored[i + 1 :]:
                 pairs.append((one, other))
                 better[frozenset((one.pk, other.pk))] = one.pk if one_return > other_return else other.pk
-    queue.enqueue_comparisons(project, pairs, query_strategy="uncertainty", overlap=1)
+    QueueItem.objects.enqueue_comparisons(project, pairs, query_strategy="uncertainty", overlap=1)
     return better
 
 
@@ -131,13 +130,12 @@ def _a_wrong_second_step(task) -> tuple:
 def test_a_simulated_annotator_labels_steps_critiques_and_intervenes_on_a_step_item(
     live_server, project, task, annotator
 ):
-    from feedback_app import queue
-    from feedback_app.models import ApiToken, Assignment, Critique, Intervention, StepLabel
+    from feedback_app.models import ApiToken, Assignment, Critique, Intervention, QueueItem, StepLabel
 
     oracle, actions = _a_wrong_second_step(task)
     wrong = actions[1]
     trajectory = _store_trajectory(project, task, actions)
-    (item,) = queue.enqueue_trajectories(project, [trajectory], query_strategy="disagreement", overlap=1)
+    (item,) = QueueItem.objects.enqueue_trajectories(project, [trajectory], query_strategy="disagreement", overlap=1)
     _, key = ApiToken.issue(annotator, "simulated")
 
     time_model = AnnotatorTime(step_label=4, critique=50, intervention=35)
@@ -178,11 +176,10 @@ def test_a_simulated_annotator_labels_steps_critiques_and_intervenes_on_a_step_i
 def test_a_first_error_mark_labels_the_steps_up_to_the_first_wrong_one_for_the_mark_s_time(
     live_server, project, task, annotator
 ):
-    from feedback_app import queue
-    from feedback_app.models import ApiToken, Assignment, StepLabel
+    from feedback_app.models import ApiToken, Assignment, QueueItem, StepLabel
 
     _, actions = _a_wrong_second_step(task)
-    (item,) = queue.enqueue_trajectories(project, [_store_trajectory(project, task, actions)], overlap=1)
+    (item,) = QueueItem.objects.enqueue_trajectories(project, [_store_trajectory(project, task, actions)], overlap=1)
     _, key = ApiToken.issue(annotator, "simulated")
     teacher = ScriptedTeacher(TeacherConfig(first_error_marks=True, critiques=False, interventions=False))
 
@@ -310,8 +307,7 @@ def test_a_simulated_annotator_labels_a_tool_calling_trajectory_and_corrects_it_
     """On the tool shop an action is the assistant message itself: the teacher reads each turn's calls, names them
     in its critique, and corrects the first wrong one with the oracle's message, which the API checks against the
     tools' schemas."""
-    from feedback_app import queue
-    from feedback_app.models import ApiToken, Critique, Intervention, StepLabel
+    from feedback_app.models import ApiToken, Critique, Intervention, QueueItem, StepLabel
     from reward_models.envs.base import message_action
     from reward_models.envs.toolshop import ToolShop
 
@@ -322,7 +318,7 @@ def test_a_simulated_annotator_labels_a_tool_calling_trajectory_and_corrects_it_
     actions = [message_action(env, step.message) for step in steps]
     correct = oracle.step_correct(actions)
     assert False in correct, "the imported turns should hold a mistake"
-    queue.enqueue_trajectories(project, [trajectory], overlap=1)
+    QueueItem.objects.enqueue_trajectories(project, [trajectory], overlap=1)
     _, key = ApiToken.issue(annotator, "simulated")
 
     counts = SimulatedAnnotator(ApiClient(live_server.url, key), project.pk, ScriptedTeacher()).run()

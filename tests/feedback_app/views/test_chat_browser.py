@@ -9,8 +9,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from feedback_app import queue
-from feedback_app.models import Comparison, Critique, Intervention, StepLabel
+from feedback_app.models import Comparison, Critique, Intervention, QueueItem, StepLabel
 from reward_models.envs.toolshop_tools import TOOLS
 from tests.feedback_app.conftest import TRANSCRIPT, _call
 
@@ -21,7 +20,7 @@ pytestmark = pytest.mark.browser
 
 def test_an_annotator_labels_and_corrects_a_tool_calling_trajectory(browser_page_for, annotator, shop, docs_dir):
     project, trajectory, _ = shop
-    queue.enqueue_trajectories(project, [trajectory])
+    QueueItem.objects.enqueue_trajectories(project, [trajectory])
     steps = list(trajectory.steps.order_by("index"))
     page = browser_page_for(annotator)
     console_errors = []
@@ -96,7 +95,7 @@ def test_an_annotator_compares_and_critiques_tool_calling_trajectories_by_keyboa
         f"/api/projects/{project.pk}/trajectories/import", json.dumps([row]), content_type="application/json"
     )
     assert imported.status_code == 200, imported.content
-    queue.enqueue_comparisons(project, [(seeded, project.trajectories.get(external_id="again"))])
+    QueueItem.objects.enqueue_comparisons(project, [(seeded, project.trajectories.get(external_id="again"))])
     page = browser_page_for(annotator)
     page.goto(f"/projects/{project.pk}/compare/")
     page.wait_for_selector("#compare-form")
@@ -115,7 +114,7 @@ def test_an_annotator_compares_and_critiques_tool_calling_trajectories_by_keyboa
     assert comparison.rationale == "Left searched first." and comparison.choice in ("a", "b")
 
     # A critique anchored to the second turn, by keyboard from the step page.
-    queue.enqueue_trajectories(project, [seeded])
+    QueueItem.objects.enqueue_trajectories(project, [seeded])
     steps = list(seeded.steps.order_by("index"))
     page.goto(reverse("label-next", args=[project.pk]))
     page.wait_for_selector(f"#step-{steps[0].pk}-row.focused")

@@ -9,8 +9,8 @@ import uuid
 import pytest
 from django.urls import reverse
 
-from feedback_app import queue
 from feedback_app.models import Assignment, Comparison, QueueItem, Step
+from feedback_app.models.projects import QueryStrategy
 from feedback_app.models.queue import AssignmentStatus
 from tests.feedback_app.compare_pages import (
     HTMX,
@@ -73,7 +73,7 @@ def test_it_renders_the_grid_map_and_step_images(client, annotator, project, mak
         render={"kind": "grid", "rows": [["#", "A"], ["G", "<"]]},
         media=[{"type": "image", "url": "https://example.org/shot.png", "caption": "screen"}],
     )
-    queue.enqueue_comparisons(project, [(with_map, make_trajectory(2))])
+    QueueItem.objects.enqueue_comparisons(project, [(with_map, make_trajectory(2))])
     client.force_login(annotator)
     _, body = shown(client, project)
     # A wall is a colour on screen, and the word "wall" to a screen reader.
@@ -119,7 +119,7 @@ def test_trajectories_without_a_policy_version_are_shown_without_a_name(client, 
     project.blind = False
     project.save()
     named, unnamed = make_trajectory(2), make_trajectory(3, policy_version=None)
-    queue.enqueue_comparisons(project, [(named, unnamed)])
+    QueueItem.objects.enqueue_comparisons(project, [(named, unnamed)])
     client.force_login(annotator)
     _, body = shown(client, project)
     assert body.count("agent-v1") == 1
@@ -132,7 +132,7 @@ def test_a_new_versions_comparison_against_its_parent_is_blind_even_in_an_open_p
     project.blind = False
     project.save()
     first, second = make_trajectory(3, success=True), make_trajectory(4, success=False)
-    queue.enqueue_comparisons(project, [(first, second)], query_strategy=queue.REVIEW_STRATEGY)
+    QueueItem.objects.enqueue_comparisons(project, [(first, second)], query_strategy=QueryStrategy.NEW_VS_PARENT)
     client.force_login(researcher)
     _, body = shown(client, project)
     assert "agent-v1" not in body and "success" not in body and "failure" not in body
@@ -204,7 +204,7 @@ def test_showing_and_submitting_take_the_same_number_of_queries_for_short_and_lo
     project.gold_fraction = 0  # no coin toss for gold items, so both rounds take the same path
     project.save()
     for n_steps in (3, 3, 12, 12):
-        queue.enqueue_comparisons(project, [(make_trajectory(n_steps), make_trajectory(n_steps))])
+        QueueItem.objects.enqueue_comparisons(project, [(make_trajectory(n_steps), make_trajectory(n_steps))])
     client.force_login(annotator)
 
     def submit():

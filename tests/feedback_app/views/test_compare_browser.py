@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from feedback_app import labelling, queue
-from feedback_app.models import Assignment, Comparison, Step, Trajectory
+from feedback_app import labelling
+from feedback_app.models import Assignment, Comparison, QueueItem, Step, Trajectory
 from feedback_app.models.queue import AssignmentStatus
 from reward_models.envs.gridworld import GridWorld
 from simulation.episodes import skilled_walk
@@ -61,7 +61,7 @@ def gridworld_pairs(project, task, external_policy):
     careful = gridworld_trajectory(project, task, external_policy, skill=1.0, seed=1)
     sloppy = gridworld_trajectory(project, task, external_policy, skill=0.4, seed=2)
     third = gridworld_trajectory(project, task, external_policy, skill=0.7, seed=3)
-    return queue.enqueue_comparisons(project, [(careful, sloppy), (careful, third)])
+    return QueueItem.objects.enqueue_comparisons(project, [(careful, sloppy), (careful, third)])
 
 
 def open_compare(page, project):
@@ -184,7 +184,7 @@ def test_the_compare_page_fits_a_phone(browser_page_for, annotator, project, gri
 def test_the_home_page_links_the_queue_to_the_compare_page(
     browser_page_for, annotator, project, gridworld_pairs, docs_dir
 ):
-    queue.enqueue_trajectories(project, Trajectory.objects.all())
+    QueueItem.objects.enqueue_trajectories(project, Trajectory.objects.all())
     rated = Trajectory.objects.first()
     labelling.label_step(annotator, rated, 0, 1)
     labelling.label_step(annotator, rated, 1, -1)

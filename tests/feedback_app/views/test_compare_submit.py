@@ -142,7 +142,7 @@ def test_an_annotator_cannot_submit_on_another_annotators_assignment(
 
 
 def test_a_submit_on_an_item_of_another_kind_gets_404_and_stores_nothing(client, annotator, project, make_trajectory):
-    queue.enqueue_trajectories(project, [make_trajectory(2)])
+    QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2)])
     step_item = queue.next_assignment(annotator, project, kind=LabelKind.STEP_LABEL)
     client.force_login(annotator)
     data = {"choice": "left", "strength": "2", "client_token": str(uuid.uuid4())}
@@ -231,7 +231,7 @@ def test_skipping_without_a_reason_is_fine(client, annotator, project, pair):
 def test_skipping_a_step_label_item_goes_on_to_the_step_label_page(client, annotator, project, make_trajectory):
     from feedback_app.views.workspace import next_item_url
 
-    queue.enqueue_trajectories(project, [make_trajectory(2)])
+    QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2)])
     assignment = queue.next_assignment(annotator, project, kind="step_label")
     client.force_login(annotator)
     response = client.post(reverse("assignment-skip", args=[project.pk, assignment.pk]), {"reason": "unclear"})

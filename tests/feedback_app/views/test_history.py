@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from feedback_app import labelling, queue
-from feedback_app.models import Comparison, Critique, Membership, Project, Rating, StepLabel
+from feedback_app.models import Comparison, Critique, Membership, Project, QueueItem, Rating, StepLabel
 from tests.trajectories import correction
 
 pytestmark = pytest.mark.django_db
@@ -21,7 +21,7 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 
 @pytest.fixture
 def comparison(project, annotator, make_trajectory):
-    queue.enqueue_comparisons(project, [(make_trajectory(2), make_trajectory(2))])
+    QueueItem.objects.enqueue_comparisons(project, [(make_trajectory(2), make_trajectory(2))])
     assignment = queue.next_assignment(annotator, project, kind="comparison")
     return labelling.submit_comparison(annotator, assignment, choice="a", strength=3, rationale="shorter").label
 

@@ -10,7 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from feedback_app import labelling, queue
-from feedback_app.models import Comparison, Membership, Project
+from feedback_app.models import Comparison, Membership, Project, QueueItem
+from feedback_app.models.queue import pairs_within_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -19,8 +20,8 @@ pytestmark = pytest.mark.django_db
 def queued(project, make_trajectory):
     """Three comparisons (a pair from each of three trajectories) and two step-label items."""
     trajectories = [make_trajectory(3) for _ in range(3)]
-    queue.enqueue_comparisons(project, queue.pairs_within_tasks(trajectories))
-    queue.enqueue_trajectories(project, trajectories[:2])
+    QueueItem.objects.enqueue_comparisons(project, pairs_within_tasks(trajectories))
+    QueueItem.objects.enqueue_trajectories(project, trajectories[:2])
     return trajectories
 
 

@@ -19,7 +19,6 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils import timezone
 
-from feedback_app import queue
 from feedback_app.models import (
     ApiToken,
     Comparison,
@@ -29,6 +28,7 @@ from feedback_app.models import (
     Intervention,
     Membership,
     PolicyVersion,
+    QueueItem,
     Rating,
     RegisteredModel,
     Role,
@@ -73,8 +73,10 @@ def world(project, task, tiny_policy, annotator, researcher, outsider, django_us
     tiny_policy.name = "policy-" + LONG
     tiny_policy.save()
     trajectories = [play_gridworld(task, tiny_policy, SEED_7_ACTIONS) for _ in range(4)]
-    queue.enqueue_comparisons(project, [(trajectories[0], trajectories[1]), (trajectories[2], trajectories[3])])
-    queue.enqueue_trajectories(project, trajectories[:2])
+    QueueItem.objects.enqueue_comparisons(
+        project, [(trajectories[0], trajectories[1]), (trajectories[2], trajectories[3])]
+    )
+    QueueItem.objects.enqueue_trajectories(project, trajectories[:2])
     first, second = trajectories[:2]
     step = first.steps.get(index=2)
     comparison = Comparison.objects.create(

@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from feedback_app import labelling, queue
-from feedback_app.models import StepLabel
+from feedback_app.models import QueueItem, StepLabel
 from feedback_app.models.queue import AssignmentStatus
 from tests.feedback_app.gridworld_play import SEED_7_ACTIONS, play_gridworld
 
@@ -27,7 +27,7 @@ def trajectory(make_trajectory):
 
 @pytest.fixture
 def assignment(project, annotator, trajectory):
-    queue.enqueue_trajectories(project, [trajectory])
+    QueueItem.objects.enqueue_trajectories(project, [trajectory])
     return queue.next_assignment(annotator, project, kind="step_label")
 
 
@@ -66,7 +66,7 @@ def test_label_next_shows_the_leased_trajectory_with_one_label_control_per_step(
 
 
 def test_a_reload_resumes_the_same_item(annotator_client, project, make_trajectory, trajectory, assignment):
-    queue.enqueue_trajectories(project, [make_trajectory(2)])
+    QueueItem.objects.enqueue_trajectories(project, [make_trajectory(2)])
     for _ in range(2):
         body = annotator_client.get(reverse("label-next", args=[project.pk])).content.decode()
         assert f'name="assignment" value="{assignment.pk}"' in body
@@ -280,7 +280,7 @@ def test_submit_and_next_finishes_the_assignment_and_answers_with_the_next_item(
     annotator_client, annotator, project, make_trajectory, trajectory, assignment
 ):
     following = make_trajectory(2)
-    queue.enqueue_trajectories(project, [following])
+    QueueItem.objects.enqueue_trajectories(project, [following])
     labelling.label_first_error(annotator, trajectory, 1)
     response = annotator_client.post(reverse("step-labels-finish", args=[project.pk, assignment.pk]), **HX)
     assert response.status_code == 200
@@ -328,7 +328,7 @@ def test_the_page_makes_the_same_number_of_queries_for_3_and_12_steps(
         labelling.add_critique(annotator, trajectory, text="meh", step_index=1)
         labelling.rate(annotator, trajectory, score=3)
         if url_name == "label-next":
-            queue.enqueue_trajectories(project, [trajectory], priority=n_steps)
+            QueueItem.objects.enqueue_trajectories(project, [trajectory], priority=n_steps)
             url = reverse("label-next", args=[project.pk])
         else:
             url = steps_url(project, trajectory)

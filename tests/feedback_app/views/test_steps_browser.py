@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from feedback_app import queue
-from feedback_app.models import Assignment, Critique, Rating, StepLabel
+from feedback_app.models import Assignment, Critique, QueueItem, Rating, StepLabel
 from feedback_app.models.queue import AssignmentStatus
 from tests.feedback_app.gridworld_play import FIRST_WRONG_INDEX, SEED_7_ACTIONS, play_gridworld
 
@@ -29,7 +28,7 @@ def test_first_error_by_keyboard_and_a_span_critique_by_selecting_text(
     browser_page_for, annotator, project, task, external_policy, docs_dir
 ):
     trajectory = play_gridworld(task, external_policy, SEED_7_ACTIONS)
-    queue.enqueue_trajectories(project, [trajectory])
+    QueueItem.objects.enqueue_trajectories(project, [trajectory])
     steps = list(trajectory.steps.order_by("index"))
     page = browser_page_for(annotator)
     page.goto(reverse("label-next", args=[project.pk]))
@@ -102,7 +101,7 @@ def test_first_error_by_keyboard_and_a_span_critique_by_selecting_text(
 
 def test_submitting_too_early_marks_the_unlabelled_steps(browser_page_for, annotator, project, task, external_policy):
     trajectory = play_gridworld(task, external_policy, SEED_7_ACTIONS[:3])
-    queue.enqueue_trajectories(project, [trajectory])
+    QueueItem.objects.enqueue_trajectories(project, [trajectory])
     steps = list(trajectory.steps.order_by("index"))
     page = browser_page_for(annotator)
     page.goto(reverse("label-next", args=[project.pk]))

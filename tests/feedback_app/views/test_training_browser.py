@@ -12,7 +12,7 @@ import pytest
 from django.urls import reverse
 
 from feedback_app.models import DatasetSnapshot, PolicyVersion, QueueItem, RunStatus, TrainingRun
-from feedback_app.queue import REVIEW_STRATEGY
+from feedback_app.models.projects import QueryStrategy
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
 
@@ -78,7 +78,7 @@ def test_a_researcher_launches_watches_and_cancels_runs_from_the_dashboard(
 
     version = PolicyVersion.objects.get(name="tiny-sft")
     assert version.parent == tiny_policy and version.produced_by == run
-    items = QueueItem.objects.filter(query_strategy=REVIEW_STRATEGY)
+    items = QueueItem.objects.filter(query_strategy=QueryStrategy.NEW_VS_PARENT)
     assert items.count() == 3 and all(item.priority == 10 for item in items)
     page.reload()
     row = page.inner_text(f"#policy-{version.pk}")
@@ -132,4 +132,4 @@ def test_a_researcher_launches_watches_and_cancels_runs_from_the_dashboard(
     assert shown, "the compare page serves an item"
     assert "tiny-sft" not in annotator_page.content()
     leased = QueueItem.objects.filter(assignments__annotator=annotator).get()
-    assert leased.query_strategy == REVIEW_STRATEGY
+    assert leased.query_strategy == QueryStrategy.NEW_VS_PARENT

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from feedback_app.model_locations import LocationError, check_endpoint_url, check_model_path
 from feedback_app.models import Membership, PolicyVersion, Project, TrainingRun
+from feedback_app.models.locations import LocationError, check_endpoint_url, check_model_path
 
 pytestmark = pytest.mark.django_db
 
