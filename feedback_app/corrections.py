@@ -25,18 +25,18 @@ from reward_models.envs.base import task_tools
 from reward_models.envs.corrections import CorrectionError, turn_message
 
 
-def replay_correction(
+def replay_turns(
     env: Environment,
     task: dict[str, Any],
     original: Sequence[Message],
-    corrected: Message,
-    takeover: Sequence[Message] = (),
+    turns: Sequence[Message],
     tools: Sequence[dict[str, Any]] | None = None,
 ) -> list[StepResult]:
-    """`reward_models.envs.corrections.replay_correction`, its reasons raised as the ValidationError the forms and
-    the API show beside their fields."""
+    """Replay the trajectory's `original` turns, then the annotator's `turns` (the corrected one first, then any
+    taken over), as `reward_models.envs.corrections.replay_correction` does; its reasons are raised as the
+    ValidationError the forms and the API show beside their fields."""
     try:
-        return corrections.replay_correction(env, task, original, corrected, takeover, tools)
+        return corrections.replay_correction(env, task, original, turns[0], turns[1:], tools)
     except CorrectionError as exc:
         raise ValidationError(exc.errors) from exc
 
@@ -65,7 +65,7 @@ def validate_correction(
     env = trajectory.project.environment.load()
     human = [turn_message(env, corrected), *(turn_message(env, turn) for turn in takeover)]
     task = trajectory.task.reset_spec()
-    return replay_correction(env, task, original, human[0], human[1:], offered_tools(trajectory))
+    return replay_turns(env, task, original, human, offered_tools(trajectory))
 
 
 def offered_tools(trajectory: Trajectory) -> list[dict[str, Any]]:

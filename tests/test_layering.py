@@ -1,7 +1,7 @@
 """The packages' layering: no import circle among the project's modules (function-level and type-checking imports
 count too, since they are the same dependency postponed); the web side reaches the training side through
-`training.launch` alone, and the training side reads the web side's models and nothing else of it; and `reward_models` stays free of Django and of the web and worker packages, so trainers
-run anywhere."""
+`training.launch` alone, and the training side reads the web side's models and nothing else of it; and
+`reward_models` stays free of Django and of the web and worker packages, so trainers run anywhere."""
 
 from __future__ import annotations
 

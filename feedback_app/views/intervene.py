@@ -25,7 +25,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from feedback_app import labelling
 from feedback_app.access import get_project_for_member, sees_outcomes
-from feedback_app.corrections import legal_actions_at, offered_tools, replay_correction
+from feedback_app.corrections import legal_actions_at, offered_tools, replay_turns
 from feedback_app.models import Intervention, Membership, Step, Trajectory
 from feedback_app.models.labels import InterventionStatus
 from feedback_app.models.trajectories import NotReplayable
@@ -240,12 +240,11 @@ def _play(trajectory: Trajectory, step: Step, prefix: list[Step], params: QueryD
             play.legal_actions = legal_actions_at(trajectory, step.index)
             return play
         env = trajectory.project.environment.load()
-        results = replay_correction(
+        results = replay_turns(
             env,
             trajectory.task.reset_spec(),
             [earlier.message for earlier in prefix],
-            turn_message(env, play.corrected_action),
-            [turn_message(env, action) for action in play.takeover_actions],
+            [turn_message(env, action) for action in [play.corrected_action, *play.takeover_actions]],
         )
     except NotReplayable as exc:
         play.not_replayable = " ".join(exc.messages)
@@ -342,7 +341,7 @@ def _play_editor_turn(trajectory, task, original, turns, editor, tools, play: Pl
 
 def _replay_turns(trajectory: Trajectory, task: dict[str, Any], original: list, turns: list, tools: list):
     env = trajectory.project.environment.load()
-    return env, replay_correction(env, task, original, turns[0], turns[1:], tools)
+    return env, replay_turns(env, task, original, turns, tools)
 
 
 def _context(request, membership: Membership, trajectory, step, prefix, play: Play, assignment) -> dict:
