@@ -69,7 +69,7 @@ from reward_models.common.data import (
     split_by_task,
 )
 from reward_models.common.judge_config import JudgeConfig, start_judge
-from reward_models.common.reporting import Reporter, trainer_callback
+from reward_models.common.reporting import Reporter, trainer_callback, without_printer
 from reward_models.common.runtime import judge_trainer_args, lora_settings, timed_training
 from reward_models.critique_encoding import (
     Prompt,
@@ -301,7 +301,6 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
     returns the summary (also kept in the manifest). Called again on the same directory, it resumes from the last
     checkpoint, or returns the stored summary when the critic is finished."""
     from transformers import AutoTokenizer
-    from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     start = start_judge(config, KIND, "critic", row_problems, reporter)
@@ -331,18 +330,17 @@ def main(config: CriticConfig, reporter: Reporter | None = None) -> dict[str, An
         **judge_trainer_args(config, precision, config.seed),
     )
     peft_config = lora_settings(config.lora_r) if config.use_lora else None
-    trainer = SFTTrainer(
-        model=local.base_model,
-        args=args,
-        train_dataset=train.dataset(),
-        eval_dataset=evaluation.dataset() if eval_rows else None,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=[trainer_callback(reporter)],
+    trainer = without_printer(
+        SFTTrainer(
+            model=local.base_model,
+            args=args,
+            train_dataset=train.dataset(),
+            eval_dataset=evaluation.dataset() if eval_rows else None,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[trainer_callback(reporter)],
+        )
     )
-    # The reporter shows progress and metrics; the default printer would put log dicts on stdout, where the
-    # command line prints its JSON summary.
-    trainer.remove_callback(PrinterCallback)
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in trainer.model.parameters())
     before = trainer.evaluate() if eval_rows else {}

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from reward_models.common.artifacts import checkpoint_dir, last_checkpoint, trained_model
 from reward_models.common.config import ConfigError
 from reward_models.common.judge_config import JudgeConfig
-from reward_models.common.reporting import Reporter, trainer_callback
+from reward_models.common.reporting import Reporter, trainer_callback, without_printer
 from reward_models.common.runtime import lora_settings, resolve_precision, seed_everything, trainer_precision_args
 from reward_models.conversation import Message
 from reward_models.policy.turns import message_steps, text_pair, text_steps, transcript
@@ -361,7 +361,7 @@ def train_step_head(
     underneath), checkpointing into ``checkpoint_dir(output_dir)`` and resuming from the last checkpoint there. With
     one label the head regresses (pass `regression_loss`); otherwise the model's own cross-entropy trains it.
     Exceptions from the reporter stop training and propagate."""
-    from transformers import AutoModelForTokenClassification, PrinterCallback, Trainer, TrainingArguments
+    from transformers import AutoModelForTokenClassification, Trainer, TrainingArguments
 
     precision = resolve_precision(config.precision)
     seed_everything(config.seed)
@@ -395,17 +395,17 @@ def train_step_head(
         dataloader_num_workers=0,
         **trainer_precision_args(precision),
     )
-    trainer = Trainer(
-        model=model,
-        args=args,
-        data_collator=StepCollator(tokenizer.pad_token_id, regression=len(id2label) == 1),
-        train_dataset=list(examples),
-        processing_class=tokenizer,
-        compute_loss_func=compute_loss_func,
-        callbacks=[trainer_callback(reporter)],
+    trainer = without_printer(
+        Trainer(
+            model=model,
+            args=args,
+            data_collator=StepCollator(tokenizer.pad_token_id, regression=len(id2label) == 1),
+            train_dataset=list(examples),
+            processing_class=tokenizer,
+            compute_loss_func=compute_loss_func,
+            callbacks=[trainer_callback(reporter)],
+        )
     )
-    # The reporter shows progress and metrics; the Trainer's own printer would repeat every log line on stdout.
-    trainer.remove_callback(PrinterCallback)
     resumed_from = last_checkpoint(config.output_dir)
     if resumed_from:
         reporter.log(f"resuming from {resumed_from}")

@@ -68,6 +68,15 @@ class SilentReporter:
         pass
 
 
+def without_printer(trainer):
+    """`trainer` (a TRL or HF `Trainer`) without transformers' `PrinterCallback`: the reporter shows progress and
+    metrics, and the printer would put log dicts on stdout, where the command lines print their JSON summary."""
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
 def trainer_callback(reporter: Reporter):
     """A `transformers.TrainerCallback` that reports a TRL or HF `Trainer`'s progress after every optimiser step
     (so a cancel raised by the reporter stops training within one step) and its logged numbers as metrics."""

@@ -62,7 +62,7 @@ from reward_models.common.artifacts import checkpoint_dir, trained_model
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
 from reward_models.common.data import bad_rows, read_rows
-from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
+from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback, without_printer
 from reward_models.common.runtime import lora_settings, seed_everything
 from reward_models.finetune.artifacts import finished_policy, save_trained_policy
 from reward_models.finetune.config import PolicyTrainConfig, environment_factory
@@ -252,7 +252,6 @@ def step_trainer(
     """TRL's `DPOTrainer` set up for `steps` steps on the step-level `pairs`, given as token ids (the policy's own
     prompt and completions), with `callbacks`."""
     from datasets import Dataset
-    from transformers import PrinterCallback
     from trl import DPOConfig as TRLDPOConfig
     from trl import DPOTrainer
 
@@ -285,17 +284,17 @@ def step_trainer(
         precompute_ref_log_probs=config.precompute_ref_log_probs,
         precompute_ref_batch_size=4 * config.batch_size,  # no gradients: a larger batch fits
     )
-    trainer = TurnDPOTrainer(
-        model=model,
-        ref_model=reference,
-        args=args,
-        train_dataset=_shared_dataset(Dataset.from_list(records), config),
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=list(callbacks),
+    return without_printer(
+        TurnDPOTrainer(
+            model=model,
+            ref_model=reference,
+            args=args,
+            train_dataset=_shared_dataset(Dataset.from_list(records), config),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=list(callbacks),
+        )
     )
-    trainer.remove_callback(PrinterCallback)  # the reporter reports; stdout is for the summary
-    return trainer
 
 
 def _shared_dataset(dataset: Any, config: DPOConfig) -> Any:

@@ -45,7 +45,7 @@ from reward_models.common.artifacts import checkpoint_dir, last_checkpoint, read
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
 from reward_models.common.data import read_rows, row_tools
-from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
+from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback, without_printer
 from reward_models.common.runtime import resolve_precision, trainer_precision_args
 from reward_models.conversation import Message
 from reward_models.envs.base import message_action, prompt_messages, task_tools
@@ -288,7 +288,6 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
     the policy directory to `config.output_dir`; returns the summary (also kept in the manifest)."""
     import torch
     from transformers import TrainerState
-    from transformers.trainer_callback import PrinterCallback
 
     reporter = reporter or SilentReporter()
     finished = finished_policy(config, KIND, reporter)
@@ -352,16 +351,17 @@ def main(config: GRPOConfig, reporter: Reporter | None = None) -> dict[str, Any]
 
         common_args["normalize_advantages"] = config.scale_rewards
     peft_config = lora_config(config)
-    trainer = Trainer(
-        model=policy.model,
-        reward_funcs=reward,
-        args=TRLConfig(**common_args),
-        train_dataset=prompt_dataset(tokenizer, prompts),
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=[trainer_callback(reporter)],
+    trainer = without_printer(
+        Trainer(
+            model=policy.model,
+            reward_funcs=reward,
+            args=TRLConfig(**common_args),
+            train_dataset=prompt_dataset(tokenizer, prompts),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[trainer_callback(reporter)],
+        )
     )
-    trainer.remove_callback(PrinterCallback)
     if resume:
         reporter.log(f"resuming from {resume}")
     start_step = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json")).global_step if resume else 0

@@ -48,7 +48,7 @@ from reward_models.common.artifacts import checkpoint_dir, trained_model
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
 from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error
-from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
+from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback, without_printer
 from reward_models.common.runtime import seed_everything
 from reward_models.finetune.artifacts import finished_policy, save_trained_policy
 from reward_models.finetune.config import PolicyTrainConfig
@@ -227,7 +227,6 @@ def kto_trainer(
     """TRL's `KTOTrainer` set up for `steps` steps on the pre-tokenized turn `examples` (in training order), with
     the desirable/undesirable `weights` and `callbacks`."""
     from datasets import Dataset
-    from transformers import PrinterCallback
     from trl import KTOConfig as TRLKTOConfig
     from trl import KTOTrainer
 
@@ -245,16 +244,16 @@ def kto_trainer(
         precompute_ref_log_probs=config.precompute_ref_log_probs,
         precompute_ref_batch_size=4 * config.batch_size,  # no gradients: a larger batch fits
     )
-    trainer = TurnKTOTrainer(
-        model=model,
-        args=args,
-        train_dataset=Dataset.from_list(with_kl_completions(examples, config.batch_size)),
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=list(callbacks),
+    return without_printer(
+        TurnKTOTrainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list(with_kl_completions(examples, config.batch_size)),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=list(callbacks),
+        )
     )
-    trainer.remove_callback(PrinterCallback)  # the reporter reports; stdout is for the summary
-    return trainer
 
 
 if __name__ == "__main__":

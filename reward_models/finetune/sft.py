@@ -44,7 +44,7 @@ from reward_models.common.artifacts import checkpoint_dir, trained_model
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
 from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error
-from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback
+from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback, without_printer
 from reward_models.common.runtime import seed_everything
 from reward_models.finetune.artifacts import finished_policy, save_trained_policy
 from reward_models.finetune.config import PolicyTrainConfig
@@ -187,22 +187,21 @@ def sft_trainer(
 ):
     """TRL's `SFTTrainer` set up for `steps` steps on the pre-tokenized `examples`, with `callbacks`."""
     from datasets import Dataset
-    from transformers import PrinterCallback
     from trl import SFTConfig as TRLSFTConfig
     from trl import SFTTrainer
 
     peft_config = lora_config(config)
     args = TRLSFTConfig(**trl_arguments(config, steps))
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=Dataset.from_list(examples),
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=list(callbacks),
+    return without_printer(
+        SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list(examples),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=list(callbacks),
+        )
     )
-    trainer.remove_callback(PrinterCallback)  # the reporter reports; stdout is for the summary
-    return trainer
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from reward_models.common.artifacts import (
 )
 from reward_models.common.data import bad_rows, row_tools, split_comparisons
 from reward_models.common.judge_config import start_judge
-from reward_models.common.reporting import Reporter, trainer_callback
+from reward_models.common.reporting import Reporter, trainer_callback, without_printer
 from reward_models.common.runtime import judge_trainer_args, lora_settings, timed_training
 from reward_models.reward.config import (
     CENTRING_SAMPLE,
@@ -113,7 +113,6 @@ def _train_member(
     import torch
     from accelerate import PartialState
     from datasets import Dataset
-    from transformers.trainer_callback import PrinterCallback
     from trl import RewardConfig as TRLRewardConfig
 
     from reward_models.reward.trainer import TandemRewardTrainer
@@ -162,17 +161,16 @@ def _train_member(
     member_reporter = (
         reporter if config.ensemble_size == 1 else _MemberReporter(reporter, member, config.ensemble_size)
     )
-    trainer = TandemRewardTrainer(
-        model=config.base_model,
-        args=args,
-        train_dataset=Dataset.from_dict(columns),
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=[trainer_callback(member_reporter)],
+    trainer = without_printer(
+        TandemRewardTrainer(
+            model=config.base_model,
+            args=args,
+            train_dataset=Dataset.from_dict(columns),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[trainer_callback(member_reporter)],
+        )
     )
-    # The reporter shows progress and metrics; the default printer would put log dicts on stdout, where the
-    # command line prints its JSON summary.
-    trainer.remove_callback(PrinterCallback)
     if resume:
         reporter.log(f"member {member}: resuming from {resume}")
     reporter.log(f"member {member}: training on {n} pairs ({len(set(indices))} distinct), seed {seed}")

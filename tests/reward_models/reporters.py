@@ -1,6 +1,6 @@
 """A reporter for pipeline tests: it keeps what a pipeline reports and can raise from `progress`, as Tandem's run
 reporter raises `RunCancelled` when a run is cancelled; and the cancel-then-resume and finished-directory checks
-every training pipeline's tests make with it."""
+every training pipeline's tests make with it; and one recorded run of a judge."""
 
 from __future__ import annotations
 
@@ -49,6 +49,14 @@ class RecordingReporter:
 
     def series(self, name: str) -> list[float]:
         return [values[name] for values in self.metrics if name in values]
+
+
+def train_recorded(main: Callable, config_class: type, data_path, base_model, output_dir, **settings) -> tuple:
+    """One run of a judge's `main` on `data_path` from `base_model` into `output_dir`, with `settings`, watched by a
+    RecordingReporter: (config, summary, reporter)."""
+    reporter = RecordingReporter()
+    config = config_class(data_path=str(data_path), base_model=str(base_model), output_dir=str(output_dir), **settings)
+    return config, main(config, reporter), reporter
 
 
 def resumed_after_cancel(

@@ -17,7 +17,7 @@ from simulation.episodes import scripted_episodes
 from simulation.oracle_data import intervention_rows, stepwise_rows, write_jsonl
 from tests.launch import command_help, run_command
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import RecordingReporter, RunCancelled
+from tests.reward_models.reporters import RecordingReporter, RunCancelled, train_recorded
 
 # A 4x4 grid with an 8-step limit keeps a trajectory near 200 tokens.
 SMALL_GRID = {"size": 4, "max_steps": 8}
@@ -55,15 +55,8 @@ def tokenizer(tiny_base_model):
 @pytest.fixture(scope="module")
 def trained(data_path, tiny_base_model, tmp_path_factory):
     """One 200-step run: (config, summary, reporter)."""
-    reporter = RecordingReporter()
-    config = PRMConfig(
-        data_path=str(data_path),
-        base_model=str(tiny_base_model),
-        output_dir=str(tmp_path_factory.mktemp("prm") / "model"),
-        max_steps=200,
-        **FAST,
-    )
-    return config, main(config, reporter), reporter
+    output_dir = tmp_path_factory.mktemp("prm") / "model"
+    return train_recorded(main, PRMConfig, data_path, tiny_base_model, output_dir, max_steps=200, **FAST)
 
 
 def config_for(data_path, base_model, output_dir, **overrides) -> PRMConfig:

@@ -23,7 +23,7 @@ from reward_models.value import (
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import preference_rows, returns_rows, stepwise_rows, write_jsonl
 from tests.launch import command_help, run_command
-from tests.reward_models.reporters import RecordingReporter, RunCancelled
+from tests.reward_models.reporters import RecordingReporter, RunCancelled, train_recorded
 
 # A 4x4 grid with an 8-step limit keeps a trajectory near 200 tokens.
 SMALL_GRID = {"size": 4, "max_steps": 8}
@@ -56,16 +56,10 @@ def unrewarded_path(episodes, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def trained(data_path, tiny_base_model, tmp_path_factory):
     """One 100-step run: (config, summary, reporter)."""
-    reporter = RecordingReporter()
-    config = ValueConfig(
-        data_path=str(data_path),
-        base_model=str(tiny_base_model),
-        output_dir=str(tmp_path_factory.mktemp("value") / "model"),
-        max_steps=100,
-        gamma=GAMMA,
-        **FAST,
+    output_dir = tmp_path_factory.mktemp("value") / "model"
+    return train_recorded(
+        main, ValueConfig, data_path, tiny_base_model, output_dir, max_steps=100, gamma=GAMMA, **FAST
     )
-    return config, main(config, reporter), reporter
 
 
 def train_judges(episodes, base_model, folder: Path, style: str) -> tuple[Path, Path]:

@@ -12,14 +12,13 @@ from django.urls import reverse
 from feedback_app.models import Assignment, Comparison, QueueItem, Step
 from feedback_app.models.projects import QueryStrategy
 from feedback_app.models.queue import AssignmentStatus
+from tests.feedback_app import compare_pages
 from tests.feedback_app.compare_pages import (
     HTMX,
     compare_url,
     left_trajectory_pk,
     post_label,
     shown,
-    submit_url,
-    token_in,
     trajectory_shown_on,
 )
 
@@ -188,7 +187,7 @@ def test_ids_beyond_any_database_id_get_404(client, annotator, project, pair):
     assignment, body = shown(client, project)
     huge = 2**64
     assert client.get(compare_url(project).replace(f"/{project.pk}/", f"/{huge}/")).status_code == 404
-    fields = {"choice": "left", "strength": "2", "client_token": token_in(body)}
+    fields = {"choice": "left", "strength": "2", "client_token": compare_pages.token_in(body)}
     assert client.post(reverse("compare-submit", args=[project.pk, huge]), fields, **HTMX).status_code == 404
     assert Comparison.objects.count() == 0
 
@@ -210,7 +209,7 @@ def test_showing_and_submitting_take_the_same_number_of_queries_for_short_and_lo
     def submit():
         assignment = Assignment.objects.get(annotator=annotator, status=AssignmentStatus.LEASED)
         data = {"choice": "left", "strength": "2", "client_token": str(uuid.uuid4())}
-        return client.post(submit_url(project, assignment), data, **extra)
+        return client.post(compare_pages.submit_url(project, assignment), data, **extra)
 
     client.get(compare_url(project), **extra)  # leases the first 3-step pair
     with django_assert_max_num_queries(30) as submit_short:

@@ -22,7 +22,7 @@ from simulation.oracle_data import preference_rows, write_jsonl
 from tests.launch import command_help, run_command
 from tests.reward_models import tool_chat
 from tests.reward_models.conftest import in_hub_cache
-from tests.reward_models.reporters import RecordingReporter, RunCancelled
+from tests.reward_models.reporters import RecordingReporter, RunCancelled, train_recorded
 
 # A small grid and a short step limit keep transcripts near 120 tokens, so a training step takes milliseconds.
 SMALL_GRID = {"size": 4, "max_steps": 6}
@@ -44,15 +44,8 @@ def data_path(rows, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def trained(data_path, tiny_base_model, tmp_path_factory):
     """One 40-step run: (config, summary, reporter)."""
-    reporter = RecordingReporter()
-    config = RewardConfig(
-        data_path=str(data_path),
-        base_model=str(tiny_base_model),
-        output_dir=str(tmp_path_factory.mktemp("reward") / "run"),
-        max_steps=40,
-        **FAST,
-    )
-    return config, main(config, reporter), reporter
+    output_dir = tmp_path_factory.mktemp("reward") / "run"
+    return train_recorded(main, RewardConfig, data_path, tiny_base_model, output_dir, max_steps=40, **FAST)
 
 
 def make_config(data_path: Path, base: Path, output_dir: Path, **overrides) -> RewardConfig:
