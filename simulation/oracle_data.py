@@ -242,32 +242,21 @@ def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
     return path
 
 
-def build_tiny_base(
-    path: str | Path,
-    *,
-    hidden_size: int = 32,
-    num_layers: int = 2,
-    num_heads: int = 2,
-    intermediate_size: int = 64,
-    max_positions: int = 2048,
-    seed: int = 0,
-) -> Path:
+# The tiny base of the judge pipelines: small enough to train in seconds on a CPU, its window long enough for a
+# whole gridworld episode's transcript.
+TINY_BASE_SIZES = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64, "max_positions": 2048}
+
+
+def build_tiny_base(path: str | Path, *, seed: int = 0, **sizes: int) -> Path:
     """An untrained tiny Llama directory whose word tokenizer covers every word of these rows (gridworld turns,
-    transcript roles, critique templates): a base model for judge pipelines on oracle data, built offline."""
+    transcript roles, critique templates): a base model for judge pipelines on oracle data, built offline. `sizes`
+    override `TINY_BASE_SIZES` (`build_tiny_llama`'s keywords)."""
     from reward_models.policy.bootstrap import vocabulary_corpus
     from reward_models.policy.model import build_tiny_llama, save_policy
     from reward_models.policy.tokenizer import build_word_tokenizer
 
     tokenizer = build_word_tokenizer([*vocabulary_corpus(GridWorld()), *vocabulary()])
-    model = build_tiny_llama(
-        tokenizer,
-        hidden_size=hidden_size,
-        num_layers=num_layers,
-        num_heads=num_heads,
-        intermediate_size=intermediate_size,
-        max_positions=max_positions,
-        seed=seed,
-    )
+    model = build_tiny_llama(tokenizer, seed=seed, **{**TINY_BASE_SIZES, **sizes})
     return save_policy(model, tokenizer, path, history_window=0, max_new_tokens=32)
 
 

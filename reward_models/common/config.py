@@ -1,6 +1,6 @@
 """Checking a pipeline's dataclass config: `ConfigError` (a bad setting, by field), `require` for
-`__post_init__` checks, and building a config from JSON-like values (a run's stored settings) with every bad
-setting named."""
+`__post_init__` checks, `choice` settings that `check_choices` holds to their choices, and building a config from
+JSON-like values (a run's stored settings) with every bad setting named."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Mapping
-from dataclasses import fields
+from collections.abc import Mapping, Sequence
+from dataclasses import field, fields
 from typing import Any, TypeVar
 
 C = TypeVar("C")
@@ -28,6 +28,21 @@ def require(condition: bool, field_name: str, reason: str) -> None:
     """Raise `ConfigError(field_name, reason)` unless `condition`; for `__post_init__` checks."""
     if not condition:
         raise ConfigError(field_name, reason)
+
+
+def choice(default: str, choices: Sequence[str], help: str) -> Any:  # noqa: A002 - the dataclass metadata's name
+    """A setting that takes one of `choices`: the launch forms and command lines offer them (the field's
+    ``choices`` metadata), and `check_choices` refuses any other value."""
+    return field(default=default, metadata={"choices": tuple(choices), "help": help})
+
+
+def check_choices(config: Any) -> None:
+    """Raise `ConfigError` for the first `choice` setting of `config` whose value is not one of its choices."""
+    for setting in fields(config):
+        choices = setting.metadata.get("choices")
+        value = getattr(config, setting.name)
+        if choices is not None and value not in choices:
+            raise ConfigError(setting.name, f"must be one of {', '.join(choices)}, not {value!r}")
 
 
 def config_from_dict(cls: type[C], values: Mapping[str, Any]) -> C:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from reward_models.common.artifacts import finished_model
-from reward_models.common.config import ConfigError, require
+from reward_models.common.config import ConfigError, check_choices, choice, require
 from reward_models.common.data import checked_rows
 from reward_models.common.reporting import Reporter, SilentReporter
 from reward_models.common.runtime import resolve_precision
@@ -40,10 +40,7 @@ class JudgeConfig:
     max_length: int = field(default=1024, metadata={"help": "Longest tokenised example; longer ones are cut."})
     save_steps: int = field(default=50, metadata={"help": "Checkpoint every this many steps (for resume)."})
     logging_steps: int = field(default=5, metadata={"help": "Record metrics every this many steps."})
-    precision: str = field(
-        default="auto",
-        metadata={"choices": PRECISIONS, "help": "auto, fp32, bf16 or fp16 (auto: bf16 on a GPU that has it)."},
-    )
+    precision: str = choice("auto", PRECISIONS, "auto, fp32, bf16 or fp16 (auto: bf16 on a GPU that has it).")
     use_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (peft) instead of every weight."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
 
@@ -57,7 +54,7 @@ class JudgeConfig:
         require(0 < self.learning_rate < 1, "learning_rate", "must be between 0 and 1")
         for name in ("batch_size", "max_length", "save_steps", "logging_steps", "lora_r"):
             require(getattr(self, name) > 0, name, "must be positive")
-        require(self.precision in PRECISIONS, "precision", f"must be one of {', '.join(PRECISIONS)}")
+        check_choices(self)
 
 
 # A Hugging Face hub id: "name" or "owner/name", letters, digits and -_. only, not a path that exists.

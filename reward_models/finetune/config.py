@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from reward_models.common.config import ConfigError, require
+from reward_models.common.config import ConfigError, check_choices, choice, require
 from reward_models.common.judge_config import PRECISIONS
 from reward_models.envs.base import Environment, load_environment, training_seeds
 
@@ -36,10 +36,7 @@ class PolicyTrainConfig:
     save_steps: int = field(default=25, metadata={"help": "Checkpoint every this many steps (for resume)."})
     logging_steps: int = field(default=5, metadata={"help": "Record metrics every this many steps."})
     max_seconds: float = field(default=0.0, metadata={"help": "Stop training after this many seconds (0: no limit)."})
-    precision: str = field(
-        default="auto",
-        metadata={"choices": PRECISIONS, "help": f"One of {', '.join(PRECISIONS)}; auto: bf16 on CUDA."},
-    )
+    precision: str = choice("auto", PRECISIONS, f"One of {', '.join(PRECISIONS)}; auto: bf16 on CUDA.")
     use_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (peft), merged into the result."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     environment: str = field(default=GRIDWORLD, metadata={"help": "The environment class, as a dotted path."})
@@ -70,7 +67,7 @@ class PolicyTrainConfig:
         for name in ("max_steps", "batch_size", "save_steps", "logging_steps", "lora_r", "generation_batch_size"):
             require(getattr(self, name) > 0, name, "must be positive")
         require(self.max_seconds >= 0, "max_seconds", "must be 0 (no limit) or positive")
-        require(self.precision in PRECISIONS, "precision", f"must be one of {', '.join(PRECISIONS)}")
+        check_choices(self)
         require(self.eval_tasks >= 0, "eval_tasks", "must be 0 (skip) or positive")
         require(self.eval_temperature > 0, "eval_temperature", "must be positive")
         require(self.eval_samples > 0, "eval_samples", "must be positive")

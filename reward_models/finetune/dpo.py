@@ -60,7 +60,7 @@ from typing import Any
 
 from reward_models.common.artifacts import checkpoint_dir, trained_model
 from reward_models.common.cli import cli
-from reward_models.common.config import ConfigError, require
+from reward_models.common.config import ConfigError, choice, require
 from reward_models.common.data import bad_rows, read_rows
 from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback, without_printer
 from reward_models.common.runtime import lora_settings, seed_everything
@@ -95,12 +95,8 @@ BALANCES = ("none", "action")
 @dataclass
 class DPOConfig(PolicyTrainConfig):
     output_dir: str = field(default="var/policies/dpo", metadata={"help": "Where checkpoints and the policy go."})
-    level: str = field(
-        default="step",
-        metadata={
-            "choices": LEVELS,
-            "help": "step: step_preference pairs through TRL's DPOTrainer; trajectory: whole trajectories.",
-        },
+    level: str = choice(
+        "step", LEVELS, "step: step_preference pairs through TRL's DPOTrainer; trajectory: whole trajectories."
     )
     learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate (linear decay)."})
     beta: float = field(default=0.5, metadata={"help": "DPO's beta: higher keeps the policy nearer the reference."})
@@ -108,13 +104,11 @@ class DPOConfig(PolicyTrainConfig):
         default=1.0,
         metadata={"help": "Weight of an SFT term (mean NLL of the chosen tokens) beside the DPO loss; 0: plain DPO."},
     )
-    balance: str = field(
-        default="action",
-        metadata={
-            "choices": BALANCES,
-            "help": "action: keep a subset in which every action seen more than once is as often chosen as rejected "
-            "(step level); none: every pair.",
-        },
+    balance: str = choice(
+        "action",
+        BALANCES,
+        "action: keep a subset in which every action seen more than once is as often chosen as rejected "
+        "(step level); none: every pair.",
     )
     num_epochs: float = field(default=2.0, metadata={"help": "At most this many passes over the pairs."})
     max_steps: int = field(default=200, metadata={"help": "At most this many optimiser steps."})
@@ -132,8 +126,6 @@ class DPOConfig(PolicyTrainConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(bool(self.data_path), "data_path", "is required")
-        require(self.level in LEVELS, "level", f"must be one of {', '.join(LEVELS)}")
-        require(self.balance in BALANCES, "balance", f"must be one of {', '.join(BALANCES)}")
         require(self.beta > 0, "beta", "must be positive")
         require(self.sft_weight >= 0, "sft_weight", "must be 0 or positive")
         require(self.num_epochs > 0, "num_epochs", "must be positive")

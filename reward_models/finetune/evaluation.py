@@ -32,8 +32,6 @@ def evaluate_policy(
     is 0. With `per_task`, also each task's success (`greedy_per_task`, `sampled_per_task`), for paired comparisons.
     Pass the unwrapped model (`accelerator.unwrap_model`). With a `reporter`, the finished episodes are its progress
     after every turn, in the phase "evaluating <whose>: greedy" (then sampled), so a cancel stops an evaluation too."""
-    from reward_models.rollout import evaluate_success
-
     if not config.eval_tasks:
         return {}
     factory = environment_factory(config)
@@ -41,23 +39,14 @@ def evaluate_policy(
     padding_side = tokenizer.padding_side  # generation pads on the left; trainers may pad on the right
     policy = playing_policy(model, tokenizer, settings, config)
     try:
-        greedy = evaluate_success(
+        greedy, sampled = greedy_and_sampled(
             policy,
             factory,
             seeds,
-            greedy=True,
-            seed=seed,
-            progress=_phase_progress(reporter, f"evaluating {whose}: greedy"),
-        )
-        sampled = evaluate_success(
-            policy,
-            factory,
-            seeds,
-            greedy=False,
             samples=config.eval_samples,
             temperature=config.eval_temperature,
             seed=seed,
-            progress=_phase_progress(reporter, f"evaluating {whose}: sampled"),
+            progress=lambda mode: _phase_progress(reporter, f"evaluating {whose}: {mode}"),
         )
     finally:
         tokenizer.padding_side = padding_side
@@ -72,6 +61,34 @@ def evaluate_policy(
     if per_task:
         figures["greedy_per_task"], figures["sampled_per_task"] = greedy["task_rates"], sampled["task_rates"]
     return figures
+
+
+def greedy_and_sampled(
+    policy: Any,
+    factory: Callable,
+    seeds: list[int],
+    *,
+    temperature: float,
+    seed: int,
+    samples: int = 1,
+    progress: Callable[[str], Callable[[int, int], None] | None] = lambda mode: None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`rollout.evaluate_success` of `policy` on the tasks of `seeds`, played greedily and then sampled (`samples`
+    episodes of each task at `temperature`); `progress(mode)` gives each mode's progress callback."""
+    from reward_models.rollout import evaluate_success
+
+    greedy = evaluate_success(policy, factory, seeds, greedy=True, seed=seed, progress=progress("greedy"))
+    sampled = evaluate_success(
+        policy,
+        factory,
+        seeds,
+        greedy=False,
+        samples=samples,
+        temperature=temperature,
+        seed=seed,
+        progress=progress("sampled"),
+    )
+    return greedy, sampled
 
 
 def _phase_progress(reporter: Reporter | None, phase: str) -> Callable[[int, int], None] | None:

@@ -43,7 +43,7 @@ from typing import Any
 
 from reward_models.common.artifacts import checkpoint_dir, last_checkpoint, read_manifest, trained_model
 from reward_models.common.cli import cli
-from reward_models.common.config import ConfigError, require
+from reward_models.common.config import ConfigError, choice, require
 from reward_models.common.data import read_rows, row_tools
 from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback, without_printer
 from reward_models.common.runtime import resolve_precision, trainer_precision_args
@@ -67,9 +67,7 @@ class GRPOConfig(PolicyTrainConfig):
         default="",
         metadata={"help": "A reward model directory (reward_models.reward) that scores prompt + completion."},
     )
-    algorithm: str = field(
-        default="grpo", metadata={"choices": ALGORITHMS, "help": "grpo (GRPOTrainer) or rloo (RLOOTrainer)."}
-    )
+    algorithm: str = choice("grpo", ALGORITHMS, "grpo (GRPOTrainer) or rloo (RLOOTrainer).")
     learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate."})
     max_steps: int = field(default=40, metadata={"help": "Optimiser steps."})
     num_generations: int = field(default=8, metadata={"help": "Completions sampled per prompt (the group)."})
@@ -97,7 +95,6 @@ class GRPOConfig(PolicyTrainConfig):
             self.batch_size = self.prompts_per_step * self.num_generations
         super().__post_init__()
         require(bool(self.reward_model_path), "reward_model_path", "is required")
-        require(self.algorithm in ALGORITHMS, "algorithm", f"must be one of {', '.join(ALGORITHMS)}")
         require(self.num_generations >= 2, "num_generations", "must be at least 2 (advantages compare a group)")
         require(self.prompts_per_step >= 1, "prompts_per_step", "must be at least 1")
         require(

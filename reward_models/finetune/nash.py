@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from reward_models.common.artifacts import read_manifest, trained_model
 from reward_models.common.cli import cli
-from reward_models.common.config import ConfigError, require
+from reward_models.common.config import ConfigError, choice, require
 from reward_models.common.reporting import Reporter, SilentReporter
 from reward_models.finetune.artifacts import finished_policy, save_trained_policy
 from reward_models.finetune.config import PolicyTrainConfig, environment_factory, train_seeds_tasks
@@ -98,12 +98,10 @@ METHODS = ("nash_md", "spo")
 @dataclass
 class NashConfig(PolicyTrainConfig):
     output_dir: str = field(default="var/policies/nash", metadata={"help": "Where checkpoints and the policy go."})
-    method: str = field(
-        default="nash_md",
-        metadata={
-            "choices": METHODS,
-            "help": "nash_md (mixture opponent, KL to the reference) or spo (k-sample win rates, no reference or KL).",
-        },
+    method: str = choice(
+        "nash_md",
+        METHODS,
+        "nash_md (mixture opponent, KL to the reference) or spo (k-sample win rates, no reference or KL).",
     )
     preference_model_path: str = field(
         default="",
@@ -137,7 +135,6 @@ class NashConfig(PolicyTrainConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.method in METHODS, "method", f"must be one of {', '.join(METHODS)}, not {self.method!r}")
         require(bool(self.preference_model_path), "preference_model_path", "is required")
         require(0.0 <= self.mixture_alpha <= 1.0, "mixture_alpha", "must be between 0 and 1")
         require(self.kl_beta >= 0, "kl_beta", "must be 0 or positive")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reward_models.common.config import require
+from reward_models.common.config import choice, require
 from reward_models.finetune.config import PolicyTrainConfig
 from reward_models.finetune.ppo_rewards import PRM_SHAPINGS, REWARD_LAYOUTS
 
@@ -30,24 +30,20 @@ class PPOConfig(PolicyTrainConfig):
     logging_steps: int = field(default=1, metadata={"help": "Record metrics every this many iterations."})
 
     # Rewards
-    reward_source: str = field(
-        default="model",
-        metadata={
-            "choices": REWARD_SOURCES,
-            "help": "model: the reward model (+ PRM); oracle: the environment's true reward (upper bound).",
-        },
+    reward_source: str = choice(
+        "model",
+        REWARD_SOURCES,
+        "model: the reward model (+ PRM); oracle: the environment's true reward (upper bound).",
     )
     reward_model_path: str = field(
         default="",
         metadata={"help": "A reward model directory (reward_models.reward); optional when a PRM alone is the judge."},
     )
-    reward_layout: str = field(
-        default="full",
-        metadata={
-            "choices": REWARD_LAYOUTS,
-            "help": "How PPO hands a trajectory to the reward model: full (the preference export), decisions, "
-            "actions or moves; the reward model then applies the layout it was trained in.",
-        },
+    reward_layout: str = choice(
+        "full",
+        REWARD_LAYOUTS,
+        "How PPO hands a trajectory to the reward model: full (the preference export), decisions, "
+        "actions or moves; the reward model then applies the layout it was trained in.",
     )
     prm_path: str = field(
         default="",
@@ -57,14 +53,12 @@ class PPOConfig(PolicyTrainConfig):
         },
     )
     prm_weight: float = field(default=0.5, metadata={"help": "Weight of the PRM's shaping on each turn."})
-    prm_shaping: str = field(
-        default="penalty",
-        metadata={
-            "choices": PRM_SHAPINGS,
-            "help": "penalty: min(P(good) - 0.5, 0), a charge for bad steps only (no reward for length); signed: "
-            "P(good) - 0.5 (a PRM that finds most steps good pays for longer episodes); centred: P(good) minus its "
-            "running mean.",
-        },
+    prm_shaping: str = choice(
+        "penalty",
+        PRM_SHAPINGS,
+        "penalty: min(P(good) - 0.5, 0), a charge for bad steps only (no reward for length); signed: "
+        "P(good) - 0.5 (a PRM that finds most steps good pays for longer episodes); centred: P(good) minus its "
+        "running mean.",
     )
     invalid_penalty: float = field(
         default=0.1,
@@ -125,30 +119,15 @@ class PPOConfig(PolicyTrainConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(
-            self.reward_source in REWARD_SOURCES,
-            "reward_source",
-            f"must be one of {', '.join(REWARD_SOURCES)}, not {self.reward_source!r}",
-        )
-        require(
             self.reward_source == "oracle" or bool(self.reward_model_path or self.prm_path),
             "reward_model_path",
             "is required unless reward_source is oracle or a prm_path is given",
-        )
-        require(
-            self.reward_layout in REWARD_LAYOUTS,
-            "reward_layout",
-            f"must be one of {', '.join(REWARD_LAYOUTS)}, not {self.reward_layout!r}",
         )
         for name in ("reward_model_path", "prm_path", "value_critic_path"):
             path = getattr(self, name)
             require(not path or Path(path).is_dir(), name, f"no such directory: {path}")
         require(self.prm_weight >= 0, "prm_weight", "must be 0 or positive")
         require(self.invalid_penalty >= 0, "invalid_penalty", "must be 0 or positive")
-        require(
-            self.prm_shaping in PRM_SHAPINGS,
-            "prm_shaping",
-            f"must be one of {', '.join(PRM_SHAPINGS)}, not {self.prm_shaping!r}",
-        )
         require(
             self.reward_source == "oracle" or bool(self.reward_model_path) or self.prm_shaping != "penalty",
             "prm_shaping",

@@ -18,6 +18,7 @@ from reward_models.common.artifacts import checkpoint_dir
 from reward_models.common.reporting import Reporter
 from reward_models.envs.base import training_seeds
 from reward_models.finetune.config import environment_factory, train_seeds_tasks
+from reward_models.finetune.evaluation import greedy_and_sampled
 from reward_models.finetune.loops import (
     LOOP_STATE_FILE,
     loop_checkpoints,
@@ -299,23 +300,18 @@ class PPORun:
     def select(self, iteration: int) -> None:
         """Score the policy on the selection tasks (mean of greedy and sampled success); keep its trainable weights
         as the best when it beats every earlier one."""
-        from reward_models.rollout import evaluate_success
-
         config = self.config
         factory = environment_factory(config)
         seeds = list(training_seeds(factory(), config.selection_tasks, SELECTION_SEEDS))
-        policy = self.local_policy()
         phase = f"scoring the policy of iteration {iteration} on the selection tasks"
         progress = partial(self.reporter.progress, phase=phase)
-        greedy = evaluate_success(policy, factory, seeds, greedy=True, seed=config.seed, progress=progress)
-        sampled = evaluate_success(
-            policy,
+        greedy, sampled = greedy_and_sampled(
+            self.local_policy(),
             factory,
             seeds,
-            greedy=False,
             temperature=config.eval_temperature,
             seed=config.seed,
-            progress=progress,
+            progress=lambda mode: progress,
         )
         score = (greedy["success_rate"] + sampled["success_rate"]) / 2
         record = {"iteration": iteration, "greedy": greedy["success_rate"], "sampled": sampled["success_rate"]}

@@ -55,7 +55,7 @@ from reward_models.common.artifacts import (
     write_manifest,
 )
 from reward_models.common.cli import cli
-from reward_models.common.config import require
+from reward_models.common.config import choice, require
 from reward_models.common.data import bad_rows, row_tools, split_comparisons
 from reward_models.common.judge_config import JudgeConfig, start_judge
 from reward_models.common.reporting import Reporter
@@ -85,24 +85,15 @@ class PreferenceModelConfig(JudgeConfig):
         default=2,
         metadata={"help": "Pairs of skew-symmetric embedding dimensions (0: Bradley-Terry, transitive only)."},
     )
-    layout: str = field(
-        default="full",
-        metadata={
-            "choices": LAYOUTS,
-            "help": f"What the model reads: {', '.join(LAYOUTS)} (see reward_models.policy.turns).",
-        },
+    layout: str = choice(
+        "full", LAYOUTS, f"What the model reads: {', '.join(LAYOUTS)} (see reward_models.policy.turns)."
     )
-    ties: str = field(
-        default="tie_loss",
-        metadata={"choices": TIE_MODES, "help": "Tie rows: drop them, or tie_loss (train toward 1/2)."},
-    )
+    ties: str = choice("tie_loss", TIE_MODES, "Tie rows: drop them, or tie_loss (train toward 1/2).")
     warmup_steps: int = field(default=10, metadata={"help": "Linear warm-up steps, then linear decay to 0."})
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.skew_dims >= 0, "skew_dims", "must be 0 or positive")
-        require(self.layout in LAYOUTS, "layout", f"must be one of {', '.join(LAYOUTS)}, not {self.layout!r}")
-        require(self.ties in TIE_MODES, "ties", f"must be one of {', '.join(TIE_MODES)}, not {self.ties!r}")
         require(self.warmup_steps >= 0, "warmup_steps", "must be 0 or positive")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from reward_models.common.config import require
+from reward_models.common.config import choice, require
 from reward_models.common.judge_config import JudgeConfig
 from reward_models.policy.turns import JUDGE_LAYOUTS
 
@@ -28,31 +28,21 @@ class RewardConfig(JudgeConfig):
         default=True,
         metadata={"help": "Ask for r(chosen) - r(rejected) > the row's margin (its strength: 0, 0.5 or 1)."},
     )
-    ties: str = field(
-        default="drop",
-        metadata={
-            "choices": TIE_MODES,
-            "help": "Tie rows: drop them, or tie_loss (Bradley-Terry with target 1/2, pulling r_a to r_b).",
-        },
+    ties: str = choice(
+        "drop", TIE_MODES, "Tie rows: drop them, or tie_loss (Bradley-Terry with target 1/2, pulling r_a to r_b)."
     )
 
-    layout: str = field(
-        default="full",
-        metadata={
-            "choices": LAYOUTS,
-            "help": "What the model reads: full, decisions, actions or moves (reward_models.policy.turns says what "
-            "each keeps); scoring applies the same layout.",
-        },
+    layout: str = choice(
+        "full",
+        LAYOUTS,
+        "What the model reads: full, decisions, actions or moves (reward_models.policy.turns says what "
+        "each keeps); scoring applies the same layout.",
     )
 
     # Ensemble
     ensemble_size: int = field(default=1, metadata={"help": "Members K; K > 1 gives each score an uncertainty."})
-    ensemble_mode: str = field(
-        default="seed",
-        metadata={
-            "choices": ENSEMBLE_MODES,
-            "help": "seed: members differ by seed; bootstrap: each also trains on a resample of the pairs.",
-        },
+    ensemble_mode: str = choice(
+        "seed", ENSEMBLE_MODES, "seed: members differ by seed; bootstrap: each also trains on a resample of the pairs."
     )
 
     # Memory and speed on large models
@@ -68,13 +58,6 @@ class RewardConfig(JudgeConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.ties in TIE_MODES, "ties", f"must be one of {', '.join(TIE_MODES)}, not {self.ties!r}")
-        require(self.layout in LAYOUTS, "layout", f"must be one of {', '.join(LAYOUTS)}, not {self.layout!r}")
         require(self.ensemble_size >= 1, "ensemble_size", "must be at least 1")
-        require(
-            self.ensemble_mode in ENSEMBLE_MODES,
-            "ensemble_mode",
-            f"must be one of {', '.join(ENSEMBLE_MODES)}, not {self.ensemble_mode!r}",
-        )
         require(self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", "must be at least 1")
         require(self.ece_bins >= 1, "ece_bins", "must be at least 1")
