@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -130,33 +131,45 @@ def run_reward_model(
     }
 
 
+def trajectory_judge_figures(
+    values: dict[str, Any], trained: tuple[Any, dict[str, Any], float], measure: Callable[[Any], dict[str, Any]]
+) -> dict[str, Any]:
+    """The figures of a trajectory-level judge (the PRM or the value critic) that `train_judge` trained with the
+    settings `values` (`trained` is what it returned): `measure(config)` loads the judge and returns its held-out
+    metrics, timed as its evaluation."""
+    config, summary, train_wall = trained
+    started = time.perf_counter()
+    metrics = measure(config)
+    return {
+        "config": values,
+        "metrics": metrics,
+        **timings(summary, train_wall, started),
+        "train_trajectories": summary["train_trajectories"],
+    }
+
+
 def run_prm(
     args: argparse.Namespace, data: dict[str, Any], evaluation: list[OracleEpisode], base: str, work: Path
 ) -> dict[str, Any]:
     from reward_models.prm import PRMConfig, evaluate, load_prm, main, step_metrics
 
+    def measure(config: PRMConfig) -> dict[str, Any]:
+        prm = load_prm(config.output_dir, device=args.device)
+        rows = stepwise_rows(evaluation)  # no noise: the labels are the oracle's
+        scores = prm.batch_step_scores([(row["prompt"], row["completions"]) for row in rows])
+        labelled = [row for row in data["stepwise"] if row["source"] == "label"]
+        metrics = evaluate(scores, rows, labelled, config.threshold)
+        guesses = [
+            [follows_reasoning(episode.conversation.assistant(step)["content"]) for step in range(len(row["labels"]))]
+            for episode, row in zip(evaluation, rows, strict=True)
+        ]
+        heuristic = step_metrics(guesses, [row["labels"] for row in rows])
+        metrics.update({f"baseline_follows_reasoning_{name}": value for name, value in heuristic.items()})
+        return {name: value for name, value in metrics.items() if not name.startswith("oracle_")}
+
     values = {**PRM_DEFAULTS, "seed": args.seed, **json.loads(args.prm)}
-    config, summary, train_wall = train_judge(
-        PRMConfig, main, values, data["stepwise"], "stepwise.jsonl", base, work / "prm"
-    )
-    started = time.perf_counter()
-    prm = load_prm(config.output_dir, device=args.device)
-    rows = stepwise_rows(evaluation)  # no noise: the labels are the oracle's
-    scores = prm.batch_step_scores([(row["prompt"], row["completions"]) for row in rows])
-    labelled = [row for row in data["stepwise"] if row["source"] == "label"]
-    metrics = evaluate(scores, rows, labelled, config.threshold)
-    guesses = [
-        [follows_reasoning(episode.conversation.assistant(step)["content"]) for step in range(len(row["labels"]))]
-        for episode, row in zip(evaluation, rows, strict=True)
-    ]
-    heuristic = step_metrics(guesses, [row["labels"] for row in rows])
-    metrics.update({f"baseline_follows_reasoning_{name}": value for name, value in heuristic.items()})
-    return {
-        "config": values,
-        "metrics": {name: value for name, value in metrics.items() if not name.startswith("oracle_")},
-        **timings(summary, train_wall, started),
-        "train_trajectories": summary["train_trajectories"],
-    }
+    trained = train_judge(PRMConfig, main, values, data["stepwise"], "stepwise.jsonl", base, work / "prm")
+    return trajectory_judge_figures(values, trained, measure)
 
 
 def run_value(
@@ -164,22 +177,16 @@ def run_value(
 ) -> dict[str, Any]:
     from reward_models.value import ValueConfig, discounted_returns, evaluate, load_value_critic, main
 
+    def measure(config: ValueConfig) -> dict[str, Any]:
+        critic = load_value_critic(config.output_dir, device=args.device)
+        rows = returns_rows(evaluation)
+        predicted = critic.batch_values([(row["prompt"], row["completions"]) for row in rows])
+        return evaluate(
+            predicted,
+            [discounted_returns(row["rewards"], config.gamma) for row in rows],
+            [discounted_returns(row["rewards"], config.gamma) for row in data["returns"]],
+        )
+
     values = {**VALUE_DEFAULTS, "seed": args.seed, **json.loads(args.value)}
-    config, summary, train_wall = train_judge(
-        ValueConfig, main, values, data["returns"], "returns.jsonl", base, work / "value"
-    )
-    started = time.perf_counter()
-    critic = load_value_critic(config.output_dir, device=args.device)
-    rows = returns_rows(evaluation)
-    predicted = critic.batch_values([(row["prompt"], row["completions"]) for row in rows])
-    metrics = evaluate(
-        predicted,
-        [discounted_returns(row["rewards"], config.gamma) for row in rows],
-        [discounted_returns(row["rewards"], config.gamma) for row in data["returns"]],
-    )
-    return {
-        "config": values,
-        "metrics": metrics,
-        **timings(summary, train_wall, started),
-        "train_trajectories": summary["train_trajectories"],
-    }
+    trained = train_judge(ValueConfig, main, values, data["returns"], "returns.jsonl", base, work / "value")
+    return trajectory_judge_figures(values, trained, measure)

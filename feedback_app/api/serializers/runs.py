@@ -60,17 +60,27 @@ class TrainingRunSerializer(TandemModelSerializer):
         return round(eta.total_seconds(), 1) if eta is not None else None
 
 
+def judges_field(help_text: str) -> serializers.DictField:
+    """The registered judge models a launch names, by the setting each fills."""
+    return serializers.DictField(
+        child=ProjectRelatedField(model=RegisteredModel), required=False, default=dict, help_text=help_text
+    )
+
+
+def settings_field(help_text: str) -> serializers.DictField:
+    """An optional object of settings, checked by the run kind's own config when the launch is."""
+    return serializers.DictField(required=False, default=dict, help_text=help_text)
+
+
 class RolloutLaunchSerializer(serializers.Serializer):
     """Launch a rollout run: the policy version plays tasks and the trajectories come back for review."""
 
     kind = serializers.ChoiceField(choices=["rollout"], default="rollout", help_text="Only rollout runs for now.")
     policy_version = ProjectRelatedField(model=PolicyVersion)
-    config = serializers.DictField(
-        required=False,
-        default=dict,
-        help_text="Rollout settings: task_ids, split, num_tasks, samples_per_task, greedy, temperature, seed, "
-        "max_turns, compare_with_parent, review_priority, queue_comparisons (pairs to queue by the project's query "
-        "strategy), queue_step_labels (training.rollouts.RolloutConfig).",
+    config = settings_field(
+        "Rollout settings: task_ids, split, num_tasks, samples_per_task, greedy, temperature, seed, max_turns, "
+        "compare_with_parent, review_priority, queue_comparisons (pairs to queue by the project's query strategy), "
+        "queue_step_labels (training.rollouts.RolloutConfig)."
     )
 
     def validate(self, attrs: dict) -> dict:
@@ -109,17 +119,10 @@ class JudgeLaunchSerializer(serializers.Serializer):
         default="",
         help_text="Instead of base_policy: any Hugging Face model directory the workers can read.",
     )
-    judges = serializers.DictField(
-        child=ProjectRelatedField(model=RegisteredModel),
-        required=False,
-        default=dict,
-        help_text="Registered judge models a run uses, by setting: value_critic takes reward_model and prm.",
-    )
-    config = serializers.DictField(
-        required=False,
-        default=dict,
-        help_text="Pipeline settings (see `python -m reward_models.<pipeline> --help`), e.g. learning_rate, "
-        "num_epochs, batch_size, ensemble_size; `name` names the registered model.",
+    judges = judges_field("Registered judge models a run uses, by setting: value_critic takes reward_model and prm.")
+    config = settings_field(
+        "Pipeline settings (see `python -m reward_models.<pipeline> --help`), e.g. learning_rate, num_epochs, "
+        "batch_size, ensemble_size; `name` names the registered model."
     )
 
 
@@ -140,25 +143,17 @@ class PolicyLaunchSerializer(serializers.Serializer):
         allow_null=True,
         help_text="The frozen labels dpo, kto and sft learn from.",
     )
-    judges = serializers.DictField(
-        child=ProjectRelatedField(model=RegisteredModel),
-        required=False,
-        default=dict,
-        help_text="Registered judge models by setting: ppo takes reward_model_path, prm_path, value_critic_path; "
-        "nash_md and spo take preference_model_path (a preference model or a reward model); grpo takes "
-        "reward_model_path.",
+    judges = judges_field(
+        "Registered judge models by setting: ppo takes reward_model_path, prm_path, value_critic_path; nash_md and "
+        "spo take preference_model_path (a preference model or a reward model); grpo takes reward_model_path."
     )
-    config = serializers.DictField(
-        required=False,
-        default=dict,
-        help_text="Trainer settings (see `python -m reward_models.finetune.<trainer> --help`), e.g. learning_rate, "
-        "max_steps, beta; `name` names the new policy version.",
+    config = settings_field(
+        "Trainer settings (see `python -m reward_models.finetune.<trainer> --help`), e.g. learning_rate, max_steps, "
+        "beta; `name` names the new policy version."
     )
-    review = serializers.DictField(
-        required=False,
-        default=dict,
-        help_text="What happens on success: enabled (default true) rolls the new version out on num_tasks review "
-        "tasks (16) × samples_per_task (1) and queues blind comparisons against its parent at priority (10).",
+    review = settings_field(
+        "What happens on success: enabled (default true) rolls the new version out on num_tasks review tasks (16) × "
+        "samples_per_task (1) and queues blind comparisons against its parent at priority (10)."
     )
 
 
