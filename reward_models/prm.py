@@ -39,7 +39,6 @@ from reward_models.steps import (
     loss_history,
     pieces_problem,
     prepare_tokenizer,
-    rows_style,
     save_head,
     train_step_head,
     training_examples,
@@ -217,7 +216,7 @@ def main(config: PRMConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     if start.finished is not None:
         return start.finished
     reporter, local, rows = start.reporter, start.local, start.rows
-    style = rows_style(rows)
+    style = start.style
     # Split before filtering, so that the flag changes the training rows and never which tasks are held out.
     train_rows, held_out = split_by_task(rows, config.eval_fraction, config.seed)
     if not config.use_intervention_labels:

@@ -99,15 +99,6 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizer
     return tokenizer
 
 
-def rows_style(rows: Sequence[Mapping[str, Any]]) -> str:
-    """``text`` when the rows' prompts are text, ``conversational`` when they are message lists (a mix is a
-    `ConfigError` on ``data_path``)."""
-    styles = {"text" if isinstance(row["prompt"], str) else "conversational" for row in rows}
-    if len(styles) > 1:
-        raise ConfigError("data_path", "mixes text rows and conversational rows")
-    return styles.pop() if styles else "text"
-
-
 def pieces_problem(row: Mapping[str, Any], export: str) -> str | None:
     """Why a row's ``prompt`` and ``completions`` are no trajectory in either style, or None: the prompt is text or
     messages and the step pieces a non-empty list of the same kind. `export` says, for the message, how to export

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from reward_models.common.artifacts import write_manifest
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
-from reward_models.common.data import bad_rows, row_tools, split_by_task
+from reward_models.common.data import bad_rows, row_tools, rows_style, split_by_task
 from reward_models.common.judge_config import start_judge
 from reward_models.common.reporting import Reporter
 from reward_models.conversation import Message
@@ -51,7 +51,6 @@ from reward_models.steps import (
     pieces_problem,
     prepare_tokenizer,
     regression_loss,
-    rows_style,
     save_head,
     train_step_head,
     training_examples,
@@ -253,7 +252,7 @@ def main(config: ValueConfig, reporter: Reporter | None = None) -> dict[str, Any
     if start.finished is not None:
         return start.finished
     reporter, local, rows = start.reporter, start.local, start.rows
-    style = rows_style(rows)
+    style = start.style
     returns = [discounted_returns(rewards, config.gamma) for rewards in step_rewards(rows, config, reporter)]
     for row, row_returns in zip(rows, returns, strict=True):
         row["returns"] = row_returns

@@ -110,6 +110,15 @@ def message_text(messages: str | Sequence[Mapping[str, str]]) -> str:
     return messages if isinstance(messages, str) else transcript(messages)
 
 
+def rows_style(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``text`` when the rows' prompts are text, ``conversational`` when they are message lists (a mix is a
+    `ConfigError` on ``data_path``)."""
+    styles = {"text" if isinstance(row["prompt"], str) else "conversational" for row in rows}
+    if len(styles) > 1:
+        raise ConfigError("data_path", "mixes text rows and conversational rows")
+    return styles.pop() if styles else "text"
+
+
 def checked_rows(
     config: Any, problems: Callable[[list[dict[str, Any]], Any], Mapping[int, str]]
 ) -> list[dict[str, Any]]:

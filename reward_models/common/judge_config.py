@@ -13,7 +13,7 @@ from typing import Any
 
 from reward_models.common.artifacts import finished_model
 from reward_models.common.config import ConfigError, check_choices, choice, require
-from reward_models.common.data import checked_rows
+from reward_models.common.data import checked_rows, rows_style
 from reward_models.common.reporting import Reporter, SilentReporter
 from reward_models.common.runtime import resolve_precision
 
@@ -98,14 +98,15 @@ def with_local_base(config: JudgeConfig) -> JudgeConfig:
 class JudgeStart:
     """How a judge's run begins. `finished` is the stored summary when `output_dir` already holds the finished model
     (the run returns it and reads nothing else); otherwise `precision` is the one the run trains in, `local` the
-    config (of the judge's own class) with its base model resolved to a local directory, and `rows` the training
-    data, checked."""
+    config (of the judge's own class) with its base model resolved to a local directory, `rows` the training
+    data, checked, and `style` theirs (`rows_style`)."""
 
     reporter: Reporter
     finished: dict[str, Any] | None = None
     precision: str = ""
     local: Any = None
     rows: list[dict[str, Any]] = field(default_factory=list)
+    style: str = "text"
 
 
 def start_judge(
@@ -117,11 +118,12 @@ def start_judge(
 ) -> JudgeStart:
     """The first steps every judge's `main` takes, cheapest first: a model already finished in `output_dir` is
     returned as it is; then the precision is resolved (one this machine cannot train in is refused), the base model
-    is found locally, and the rows are read and checked with `problems`, so that a bad setting, a missing model or
-    a malformed row stops the run before any training."""
+    is found locally, and the rows are read and checked with `problems` (text and conversational rows never mixed),
+    so that a bad setting, a missing model or a malformed row stops the run before any training."""
     reporter = reporter or SilentReporter()
     if (finished := finished_model(config, kind, reporter, noun)) is not None:
         return JudgeStart(reporter, finished=finished)
     precision = resolve_precision(config.precision)
     local = with_local_base(config)  # a hub id read from the local cache
-    return JudgeStart(reporter, precision=precision, local=local, rows=checked_rows(config, problems))
+    rows = checked_rows(config, problems)
+    return JudgeStart(reporter, precision=precision, local=local, rows=rows, style=rows_style(rows))

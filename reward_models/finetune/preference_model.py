@@ -160,13 +160,12 @@ def main(config: PreferenceModelConfig, reporter: Reporter | None = None) -> dic
 
     from reward_models.finetune.loops import process_share, resume_loop_checkpoint, save_loop_checkpoint
     from reward_models.reward.encoding import encode, fit_length, load_tokenizer
-    from reward_models.steps import rows_style
 
     start = start_judge(config, KIND, "preference model", row_problems, reporter)
     if start.finished is not None:
         return start.finished
     reporter, precision, local, rows = start.reporter, start.precision, start.local, start.rows
-    style = rows_style(rows)
+    style = start.style
     train_rows, eval_rows, dropped_ties = split_comparisons(rows, config)
 
     tokenizer = load_tokenizer(local.base_model)

@@ -34,7 +34,6 @@ from reward_models.reward.config import (
 from reward_models.reward.encoding import encode, fit_length, load_tokenizer, row_in_layout
 from reward_models.reward.metrics import mean, pairwise_metrics
 from reward_models.reward.model import model_pad_id, rewards
-from reward_models.steps import rows_style
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -218,7 +217,7 @@ def main(config: RewardConfig, reporter: Reporter | None = None) -> dict[str, An
     if start.finished is not None:
         return start.finished
     reporter, precision, local, rows = start.reporter, start.precision, start.local, start.rows
-    style = rows_style(rows)
+    style = start.style
     rows = [row_in_layout(row, config.layout) for row in rows]
     train_rows, eval_rows, dropped_ties = split_comparisons(rows, config)
     from accelerate import PartialState
