@@ -7,10 +7,10 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from feedback_app.models import Comparison, Intervention, PolicyVersion
+from feedback_app.models import Comparison, PolicyVersion
 from reward_models.policy.turns import render_prompt, transcript
 from tests.feedback_app.exports.helpers import decision, prompt_until, rows, steps_of, turns_from
-from tests.trajectories import correction
+from tests.feedback_app.labels import stored_intervention
 
 LEFT = ["up", "left", "down"]
 RIGHT = ["right", "down"]
@@ -161,14 +161,8 @@ def test_step_preference_pairs_a_correction_with_the_original_at_the_shared_pref
     parent = grid_trajectory(LEFT)
     child = grid_trajectory(["up", "right", "down"], parent=parent, branch_step_index=1)
     step = steps_of(parent)[1]
-    label = Intervention.objects.create(
-        project=project,
-        annotator=annotator,
-        trajectory=parent,
-        step=step,
-        **correction(step, "right", step.reasoning),
-        reason="left walks away from the goal",
-        child_trajectory=child,
+    label = stored_intervention(
+        annotator, step, "right", step.reasoning, reason="left walks away from the goal", child_trajectory=child
     )
 
     [row] = rows(project, "step_preference")

@@ -11,9 +11,8 @@ import pytest
 from feedback_app.exports import ExportFilters, ExportFormat, ExportKind, ExportRequestError, export_chunks
 from feedback_app.exports.schemas import export_schema
 from feedback_app.exports.stream import RowTally
-from feedback_app.models import Intervention
 from tests.feedback_app.exports.helpers import as_in_jsonl, rows, turns_from
-from tests.trajectories import correction
+from tests.feedback_app.labels import stored_intervention
 
 LEFT = ["up", "left", "down"]
 RIGHT = ["right", "down"]
@@ -122,14 +121,7 @@ def test_step_preference_ties_between_branches_are_rows_and_corrections_are_not_
     child = grid_trajectory(["right", "down", "down"], parent=parent, branch_step_index=1)
     tie = compare(annotator, parent, child, choice="tie", rationale="as good")
     step = parent.steps.get(index=1)
-    corrected = Intervention.objects.create(
-        project=project,
-        annotator=annotator,
-        trajectory=parent,
-        step=step,
-        **correction(step, "down", step.reasoning),
-        child_trajectory=child,
-    )
+    corrected = stored_intervention(annotator, step, "down", step.reasoning, child_trajectory=child)
 
     assert [row["source"] for row in rows(project, "step_preference")] == ["intervention"]
     exported = rows(project, "step_preference", ties="include")

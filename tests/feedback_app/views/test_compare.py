@@ -21,6 +21,7 @@ from tests.feedback_app.compare_pages import (
     shown,
     trajectory_shown_on,
 )
+from tests.feedback_app.labels import gold_comparison_item
 
 pytestmark = pytest.mark.django_db
 
@@ -83,35 +84,27 @@ def test_it_renders_the_grid_map_and_step_images(client, annotator, project, mak
     assert '<img src="https://example.org/shot.png" alt="screen"' in body
 
 
-def test_an_annotator_in_a_blind_project_sees_neither_policy_names_nor_outcomes(client, annotator, project, pair):
+@pytest.mark.parametrize(
+    ("role", "blind", "sees_names", "sees_outcomes"),
+    [
+        ("annotator", True, False, False),
+        ("researcher", True, False, False),
+        ("annotator", False, True, False),
+        ("researcher", False, True, True),
+    ],
+    ids=["blind-annotator", "blind-researcher", "open-annotator", "open-researcher"],
+)
+def test_blind_review_hides_policy_names_and_outcomes_and_annotators_never_see_outcomes(
+    request, client, project, pair, role, blind, sees_names, sees_outcomes
+):
     pair[0].steps.filter(index=0).update(env_reward=0.75)
-    client.force_login(annotator)
-    _, body = shown(client, project)
-    assert "agent-v1" not in body
-    assert "success" not in body and "failure" not in body and "0.75" not in body
-
-
-def test_a_researcher_in_a_blind_project_does_not_see_them_either(client, researcher, project, pair):
-    client.force_login(researcher)
-    _, body = shown(client, project)
-    assert "agent-v1" not in body and "success" not in body
-
-
-def test_without_blind_review_annotators_see_policy_names_but_never_outcomes(client, annotator, project, pair):
-    project.blind = False
+    project.blind = blind
     project.save()
-    client.force_login(annotator)
+    client.force_login(request.getfixturevalue(role))
     _, body = shown(client, project)
-    assert "agent-v1" in body
-    assert "success" not in body and "failure" not in body
-
-
-def test_without_blind_review_researchers_see_outcomes(client, researcher, project, pair):
-    project.blind = False
-    project.save()
-    client.force_login(researcher)
-    _, body = shown(client, project)
-    assert "success" in body and "failure" in body
+    assert ("agent-v1" in body) == sees_names
+    for outcome in ("success", "failure", "0.75"):
+        assert (outcome in body) == sees_outcomes, outcome
 
 
 def test_trajectories_without_a_policy_version_are_shown_without_a_name(client, annotator, project, make_trajectory):
@@ -138,16 +131,7 @@ def test_a_new_versions_comparison_against_its_parent_is_blind_even_in_an_open_p
 
 
 def test_gold_items_look_exactly_like_the_rest(client, annotator, project, make_trajectory):
-    first, second = make_trajectory(2), make_trajectory(2)
-    QueueItem.objects.create(
-        project=project,
-        kind="comparison",
-        trajectory=first,
-        other_trajectory=second,
-        is_gold=True,
-        gold_answer={"choice": "a"},
-        overlap=2,
-    )
+    gold_comparison_item(project, make_trajectory(2), make_trajectory(2), "a", overlap=2)
     client.force_login(annotator)
     assignment, body = shown(client, project)
     assert assignment.item.is_gold

@@ -23,7 +23,7 @@ from feedback_app.models import (
     StepLabel,
     TrainingRun,
 )
-from tests.feedback_app.labels import stored_comparison
+from tests.feedback_app.labels import gold_comparison_item, stored_comparison
 
 pytestmark = pytest.mark.django_db
 SVG = "{http://www.w3.org/2000/svg}"
@@ -70,15 +70,7 @@ def labelled(project, annotator, other_annotator, external_policy, registry, mak
         _compare(project, annotator, new, old, "a" if i < 4 else "b")
         _compare(project, other_annotator, new, old, "a" if i < 3 else ("tie" if i == 3 else "b"))
     gold_new, gold_old = make_trajectory(policy_version=v2), make_trajectory()
-    gold_item = QueueItem.objects.create(
-        project=project,
-        kind="comparison",
-        trajectory=gold_new,
-        other_trajectory=gold_old,
-        is_gold=True,
-        gold_answer={"choice": "b"},
-        completed_count=1,
-    )
+    gold_item = gold_comparison_item(project, gold_new, gold_old, "b", completed_count=1)
     done = Assignment.objects.create(
         item=gold_item, annotator=annotator, slot=0, status="done", leased_until=timezone.now()
     )

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from feedback_app import labelling, queue
 from feedback_app.models import Comparison, Critique, Membership, Project, QueueItem, Rating, StepLabel
-from tests.trajectories import correction
+from tests.feedback_app.labels import stored_intervention
 
 pytestmark = pytest.mark.django_db
 
@@ -182,14 +182,7 @@ def test_an_intervention_can_be_edited(client, annotator, project, trajectory):
     from feedback_app.models import Intervention
 
     step = trajectory.steps.get(index=1)
-    intervention = Intervention.objects.create(
-        project=project,
-        annotator=annotator,
-        trajectory=trajectory,
-        step=step,
-        **{**correction(step, "down"), "original_action": "up"},
-        reason="wall ahead",
-    )
+    intervention = stored_intervention(annotator, step, "down", original_action="up", reason="wall ahead")
     client.force_login(annotator)
     body = client.get(history_url(project)).content.decode()
     assert f"intervention-{intervention.pk}" in body and "up → down" in body

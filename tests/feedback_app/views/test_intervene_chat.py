@@ -14,6 +14,7 @@ import pytest
 from django.urls import reverse
 
 from feedback_app.models import Intervention
+from tests.feedback_app.views.conftest import assert_refused, field_errors
 
 pytestmark = pytest.mark.django_db
 
@@ -24,8 +25,15 @@ def url(project, trajectory, index=1):
     return reverse("intervene", args=[project.pk, trajectory.pk, index])
 
 
-def errors_of(body: str) -> list[str]:
-    return [html.unescape(text) for text in re.findall(r'<p class="field-error">([^<]*)</p>', body)]
+# The editor's fields for the shop's call that puts two red mugs in the cart, and for checking out.
+ADD_TWO = {
+    "content": "",
+    "call_count": "1",
+    "call-0-name": "add_to_cart",
+    "call-0-arg-item_id": "kq48",
+    "call-0-arg-quantity": "2",
+}
+CHECKOUT = {"content": "Placing the order.", "call_count": "1", "call-0-name": "checkout"}
 
 
 def test_the_editor_offers_the_task_s_tools_and_one_field_per_argument(client, annotator, shop):
@@ -69,17 +77,15 @@ def test_a_bad_argument_gets_400_beside_its_field_and_the_typed_text_stays(clien
     client.force_login(annotator)
     data = {
         "client_token": str(uuid.uuid4()),
+        **ADD_TWO,
         "content": "Adding two mugs.",
-        "call_count": "1",
-        "call-0-name": "add_to_cart",
-        "call-0-arg-item_id": "kq48",
         "call-0-arg-quantity": quantity,
         "reason": "the quantity was missing",
     }
     response = client.post(url(project, trajectory), data, **HX)
     body = response.content.decode()
     assert response.status_code == 400
-    assert message in errors_of(body)
+    assert message in field_errors(body)
     assert f'hx-post="{url(project, trajectory)}"' in body  # the re-rendered form still posts to this page
     field = body[body.index('id="call-0-arg-quantity"') :]
     assert f'value="{quantity}"' in field[: field.index(">")] and ">Adding two mugs.</textarea>" in body
@@ -89,15 +95,7 @@ def test_a_bad_argument_gets_400_beside_its_field_and_the_typed_text_stays(clien
 def test_a_corrected_tool_call_is_stored_verbatim_and_continued(client, annotator, shop):
     project, trajectory, _ = shop
     client.force_login(annotator)
-    data = {
-        "client_token": str(uuid.uuid4()),
-        "content": "",
-        "call_count": "1",
-        "call-0-name": "add_to_cart",
-        "call-0-arg-item_id": "kq48",
-        "call-0-arg-quantity": "2",
-        "reason": "the quantity was missing",
-    }
+    data = {"client_token": str(uuid.uuid4()), **ADD_TWO, "reason": "the quantity was missing"}
     response = client.post(url(project, trajectory), data, **HX)
     assert response.status_code == 200 and "HX-Redirect" in response.headers
     intervention = Intervention.objects.get()
@@ -121,7 +119,7 @@ def test_an_unknown_tool_is_refused_beside_the_call(client, annotator, shop):
     data = {"client_token": str(uuid.uuid4()), "call_count": "1", "call-0-name": "launch_rockets"}
     # An unknown name falls back to the first tool, whose required argument is then missing.
     body = client.post(url(project, trajectory), data, **HX).content.decode()
-    assert "query: required field missing" in errors_of(body)
+    assert "query: required field missing" in field_errors(body)
 
 
 def test_a_trajectory_without_a_seed_or_spec_says_why_it_cannot_be_continued(client, annotator, shop):
@@ -135,16 +133,6 @@ def test_a_trajectory_without_a_seed_or_spec_says_why_it_cannot_be_continued(cli
     assert reverse("trajectory-steps", args=[project.pk, bare.pk]) in body
     posted = client.post(url(project, bare), {"content": "hello", "call_count": "0"}, **HX)
     assert posted.status_code == 400 and not Intervention.objects.exists()
-
-
-ADD_TWO = {
-    "content": "",
-    "call_count": "1",
-    "call-0-name": "add_to_cart",
-    "call-0-arg-item_id": "kq48",
-    "call-0-arg-quantity": "2",
-}
-CHECKOUT = {"content": "Placing the order.", "call_count": "1", "call-0-name": "checkout"}
 
 
 def played_turns(body: str) -> list[dict]:
@@ -174,7 +162,8 @@ def test_taking_over_plays_turns_one_by_one_shows_their_results_and_hands_them_a
     # A bad argument is refused beside its field, with 400, and nothing joins the played turns.
     bad = {"mode": "takeover", "play_turn": "1", "played": json.dumps(turn), **ADD_TWO, "call-0-arg-quantity": "0"}
     refused = client.get(page, bad, **HX)
-    assert refused.status_code == 400 and "quantity: 0 is below the minimum 1" in errors_of(refused.content.decode())
+    assert refused.status_code == 400
+    assert "quantity: 0 is below the minimum 1" in field_errors(refused.content.decode())
     assert played_turns(refused.content.decode()) == [turn]
 
     # Undo puts the last played turn back in the editor.
@@ -225,8 +214,8 @@ def test_a_garbled_played_turn_is_refused_and_nothing_is_stored(client, annotato
     client.force_login(annotator)
     data = {"client_token": str(uuid.uuid4()), "mode": "takeover", "played": played, **CHECKOUT}
     response = client.post(url(project, trajectory), data, **HX)
-    assert response.status_code == 400 and not Intervention.objects.exists()
-    assert any("A turn you played came back garbled" in error for error in errors_of(response.content.decode()))
+    assert_refused(response, "A turn you played came back garbled")
+    assert not Intervention.objects.exists()
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,6 @@ from feedback_app.models import (
     Critique,
     DatasetSnapshot,
     Evaluation,
-    Intervention,
     Membership,
     PolicyVersion,
     QueueItem,
@@ -37,6 +36,7 @@ from feedback_app.models import (
 )
 from feedback_app.models.labels import InterventionStatus
 from tests.feedback_app.gridworld_play import SEED_7_ACTIONS, play_gridworld
+from tests.feedback_app.labels import stored_intervention
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -88,16 +88,8 @@ def world(project, task, tiny_policy, annotator, researcher, outsider, django_us
     child = play_gridworld(task, tiny_policy, ["right", "right", "up", "right", "right", "right", "up"])
     child.parent, child.branch_step_index = first, 2
     child.save()
-    intervention = Intervention.objects.create(
-        project=project,
-        annotator=annotator,
-        trajectory=first,
-        step=step,
-        original_action="down",
-        corrected_action="up",
-        reason="down walks away",
-        status=InterventionStatus.DONE,
-        child_trajectory=child,
+    intervention = stored_intervention(
+        annotator, step, "up", reason="down walks away", status=InterventionStatus.DONE, child_trajectory=child
     )
     snapshot = DatasetSnapshot.objects.create(
         project=project, name="snapshot-" + LONG, export_kind="preference", row_count=40, content_hash="ab" * 32

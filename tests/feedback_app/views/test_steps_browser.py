@@ -24,15 +24,25 @@ SELECT_IN_FIELD = """([selector, start, end]) => {
 }"""
 
 
-def test_first_error_by_keyboard_and_a_span_critique_by_selecting_text(
-    browser_page_for, annotator, project, task, external_policy, docs_dir
-):
-    trajectory = play_gridworld(task, external_policy, SEED_7_ACTIONS)
-    QueueItem.objects.enqueue_trajectories(project, [trajectory])
-    steps = list(trajectory.steps.order_by("index"))
-    page = browser_page_for(annotator)
-    page.goto(reverse("label-next", args=[project.pk]))
-    page.wait_for_selector(f"#step-{steps[0].pk}-row.focused")
+@pytest.fixture
+def label_page(browser_page_for, annotator, project, task, external_policy):
+    """`label_page(actions)`: the gridworld episode `actions` play, queued for step labels, and the annotator's
+    step-label page open on it with the first step focused; returns the page and the episode's steps."""
+
+    def open_page(actions):
+        trajectory = play_gridworld(task, external_policy, actions)
+        QueueItem.objects.enqueue_trajectories(project, [trajectory])
+        steps = list(trajectory.steps.order_by("index"))
+        page = browser_page_for(annotator)
+        page.goto(reverse("label-next", args=[project.pk]))
+        page.wait_for_selector(f"#step-{steps[0].pk}-row.focused")
+        return page, steps
+
+    return open_page
+
+
+def test_first_error_by_keyboard_and_a_span_critique_by_selecting_text(label_page, annotator, docs_dir):
+    page, steps = label_page(SEED_7_ACTIONS)
 
     # j j moves the focus to step 3, f marks it as the first error.
     page.keyboard.press("j")
@@ -99,13 +109,8 @@ def test_first_error_by_keyboard_and_a_span_critique_by_selecting_text(
     assert Assignment.objects.get(annotator=annotator).status == AssignmentStatus.DONE
 
 
-def test_submitting_too_early_marks_the_unlabelled_steps(browser_page_for, annotator, project, task, external_policy):
-    trajectory = play_gridworld(task, external_policy, SEED_7_ACTIONS[:3])
-    QueueItem.objects.enqueue_trajectories(project, [trajectory])
-    steps = list(trajectory.steps.order_by("index"))
-    page = browser_page_for(annotator)
-    page.goto(reverse("label-next", args=[project.pk]))
-    page.wait_for_selector(f"#step-{steps[0].pk}-row.focused")
+def test_submitting_too_early_marks_the_unlabelled_steps(label_page):
+    page, steps = label_page(SEED_7_ACTIONS[:3])
     page.keyboard.press("+")
     page.wait_for_selector(f"#step-{steps[0].pk}-label .label-good[aria-pressed=true]")
     page.wait_for_selector(f"#step-{steps[1].pk}-row.focused")  # a label moves the focus on

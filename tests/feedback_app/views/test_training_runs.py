@@ -19,6 +19,19 @@ from tests.feedback_app.training_pages import HTMX, field_html, url
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("artifact_root")]
 
 
+def running_run(project, kind, *, elapsed, progress, **fields):
+    """A run of `kind` that started `elapsed` seconds ago and has done `progress` = (current, total) of its work."""
+    return TrainingRun.objects.create(
+        project=project,
+        kind=kind,
+        status=RunStatus.RUNNING,
+        started_at=timezone.now() - timedelta(seconds=elapsed),
+        progress_current=progress[0],
+        progress_total=progress[1],
+        **fields,
+    )
+
+
 def test_the_run_page_names_its_base_policy_and_snapshot(client, project, researcher, tiny_policy, sft_snapshot):
     run = TrainingRun.objects.create(
         project=project, kind="sft", base_policy=tiny_policy, snapshot=sft_snapshot, created_by=researcher
@@ -94,15 +107,7 @@ def test_a_rerun_that_no_longer_passes_comes_back_as_the_filled_form_with_the_re
 
 
 def test_the_runs_table_polls_with_an_eta_and_cancel_stops_a_run(client, project, researcher, tiny_policy):
-    run = TrainingRun.objects.create(
-        project=project,
-        kind="sft",
-        base_policy=tiny_policy,
-        status=RunStatus.RUNNING,
-        started_at=timezone.now() - timedelta(seconds=100),
-        progress_current=25,
-        progress_total=100,
-    )
+    run = running_run(project, "sft", elapsed=100, progress=(25, 100), base_policy=tiny_policy)
     client.force_login(researcher)
     fragment = client.get(url(project, "training-runs"), **HTMX).content.decode()
     assert 'hx-trigger="every 3s"' in fragment and f'id="run-{run.pk}"' in fragment and "<h1>" not in fragment
@@ -120,13 +125,11 @@ def test_the_runs_table_polls_with_an_eta_and_cancel_stops_a_run(client, project
 
 
 def test_a_run_page_shows_progress_eta_curves_config_figures_samples_and_the_log_tail(client, project, researcher):
-    run = TrainingRun.objects.create(
-        project=project,
-        kind="generative_critic",
-        status=RunStatus.RUNNING,
-        started_at=timezone.now() - timedelta(seconds=60),
-        progress_current=2,
-        progress_total=8,
+    run = running_run(
+        project,
+        "generative_critic",
+        elapsed=60,
+        progress=(2, 8),
         config={"max_steps": 8},
         inputs={"judges": {}},
         metrics=[
@@ -166,15 +169,13 @@ def test_a_run_page_shows_progress_eta_curves_config_figures_samples_and_the_log
 
 
 def test_a_run_page_shows_the_phase_the_run_is_in_and_where_a_stopped_run_stopped(client, project, researcher):
-    run = TrainingRun.objects.create(
-        project=project,
-        kind="dpo",
-        status=RunStatus.RUNNING,
-        started_at=timezone.now() - timedelta(seconds=120),
+    run = running_run(
+        project,
+        "dpo",
+        elapsed=120,
+        progress=(37, 200),
         phase_started_at=timezone.now() - timedelta(seconds=37),
         progress_phase="evaluating the base policy: greedy",
-        progress_current=37,
-        progress_total=200,
     )
     client.force_login(researcher)
     shown = client.get(url(project, "training-run", run.pk)).content.decode()
