@@ -20,7 +20,7 @@ from feedback_app.agreement import (
 )
 from feedback_app.gold import annotator_gold_accuracy
 from feedback_app.models import Assignment, Comparison, LabelKind, QueueItem, StepLabel
-from tests.feedback_app.labels import stored_comparison
+from tests.feedback_app.labels import gold_comparison_item, stored_comparison
 
 pytestmark = pytest.mark.django_db
 
@@ -127,15 +127,7 @@ def test_step_label_agreement_uses_the_step_as_unit(
 
 def test_gold_accuracy_counts_handed_in_answers_to_gold_items(project, annotator, other_annotator, make_trajectory):
     a, b = make_trajectory(), make_trajectory()
-    gold_pair = QueueItem.objects.create(
-        project=project,
-        kind=LabelKind.COMPARISON,
-        trajectory=a,
-        other_trajectory=b,
-        overlap=2,
-        is_gold=True,
-        gold_answer={"choice": "a"},
-    )
+    gold_pair = gold_comparison_item(project, a, b, "a", overlap=2)
     _compare(project, annotator, a, b, "a", assignment=_assignment(gold_pair, annotator, 0))
     _compare(project, other_annotator, a, b, "b", assignment=_assignment(gold_pair, other_annotator, 1))
     stepped = make_trajectory(n_steps=4)
@@ -204,10 +196,7 @@ def test_it_reads_the_project_in_a_constant_number_of_queries(
     def add_labels(n):
         for _ in range(n):
             a, b = make_trajectory(n_steps=3), make_trajectory(n_steps=3)
-            item = QueueItem.objects.create(
-                project=project, kind=LabelKind.COMPARISON, trajectory=a, other_trajectory=b, is_gold=True,
-                gold_answer={"choice": "a"}, overlap=2,
-            )  # fmt: skip
+            item = gold_comparison_item(project, a, b, "a", overlap=2)
             for slot, (user, choice) in enumerate(((annotator, "a"), (other_annotator, "b"))):
                 _compare(project, user, a, b, choice, assignment=_assignment(item, user, slot))
                 _label_steps(project, user, a, {0: 1, 1: -1})

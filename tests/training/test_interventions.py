@@ -9,7 +9,8 @@ import pytest
 
 from feedback_app.models import Intervention, PolicyVersion, Step, Trajectory
 from reward_models.envs.gridworld import ACTIONS, GridWorld
-from tests.trajectories import correction, save_steps
+from tests.feedback_app.labels import stored_intervention
+from tests.trajectories import save_steps
 from training import tasks
 from training.interventions import continue_intervention, continuing_policy
 
@@ -53,14 +54,8 @@ def make_rollout(project, task):
 
 def _intervene(annotator, trajectory, step_index, corrected, takeover=(), reasoning="") -> Intervention:
     step = trajectory.steps.get(index=step_index)
-    return Intervention.objects.create(
-        project=trajectory.project,
-        annotator=annotator,
-        trajectory=trajectory,
-        step=step,
-        **correction(step, corrected, reasoning),
-        takeover_actions=list(takeover),
-        reason="walked away from the goal",
+    return stored_intervention(
+        annotator, step, corrected, reasoning, takeover_actions=list(takeover), reason="walked away from the goal"
     )
 
 

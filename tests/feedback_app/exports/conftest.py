@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from tests.feedback_app.labels import stored_comparison
-from tests.trajectories import correction, save_steps
+from tests.feedback_app.labels import stored_comparison, stored_intervention
+from tests.trajectories import save_steps
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def policy_tokenizer(tiny_policy_dir):
 @pytest.fixture
 def labelled_project(project, annotator, other_annotator, grid_trajectory, compare):
     """A project with at least one row of every export kind, from two annotators."""
-    from feedback_app.models import Critique, Intervention, Rating, StepLabel
+    from feedback_app.models import Critique, Rating, StepLabel
 
     good = grid_trajectory(["right", "right", "down", "down"])
     bad = grid_trajectory(["up", "left", "down", "up"])
@@ -136,14 +136,6 @@ def labelled_project(project, annotator, other_annotator, grid_trajectory, compa
     Rating.objects.create(project=project, annotator=other_annotator, trajectory=other, score=4)
     Rating.objects.create(project=project, annotator=other_annotator, trajectory=child, score=1)
     step = bad.steps.get(index=1)
-    Intervention.objects.create(
-        project=project,
-        annotator=annotator,
-        trajectory=bad,
-        step=step,
-        **correction(step, "right", step.reasoning),
-        reason="left bumps the edge",
-        child_trajectory=child,
-    )
+    stored_intervention(annotator, step, "right", step.reasoning, reason="left bumps the edge", child_trajectory=child)
     Critique.objects.create(project=project, annotator=annotator, trajectory=bad, step=step, text="a wasted move")
     return project

@@ -9,23 +9,16 @@ from feedback_app.exports.stream import RowTally
 from feedback_app.models import Intervention, PolicyVersion, StepLabel
 from reward_models.policy.turns import transcript
 from tests.feedback_app.exports.helpers import prompt_until, rows, steps_of, turns_from
-from tests.trajectories import correction
+from tests.feedback_app.labels import stored_intervention
 
 ACTIONS = ["right", "up", "down", "left"]
 
 
 @pytest.fixture
-def intervene(project):
+def intervene():
     def make(annotator, trajectory, index: int, corrected_action: str = "right", **fields) -> Intervention:
         step = trajectory.steps.get(index=index)
-        return Intervention.objects.create(
-            project=project,
-            annotator=annotator,
-            trajectory=trajectory,
-            step=step,
-            **correction(step, corrected_action, step.reasoning),
-            **fields,
-        )
+        return stored_intervention(annotator, step, corrected_action, step.reasoning, **fields)
 
     return make
 

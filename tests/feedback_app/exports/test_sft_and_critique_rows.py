@@ -1,20 +1,14 @@
 from __future__ import annotations
 
-from feedback_app.models import Critique, Intervention
+from feedback_app.models import Critique
 from tests.feedback_app.exports.helpers import decision, observation, prompt_until, rows, steps_of, turns_from
-from tests.trajectories import correction
+from tests.feedback_app.labels import stored_intervention
 
 
-def intervene(project, annotator, trajectory, index, action, *, child=None, takeover=()):
+def intervene(annotator, trajectory, index, action, *, child=None, takeover=()):
     step = steps_of(trajectory)[index]
-    return Intervention.objects.create(
-        project=project,
-        annotator=annotator,
-        trajectory=trajectory,
-        step=step,
-        **correction(step, action, step.reasoning),
-        takeover_actions=list(takeover),
-        child_trajectory=child,
+    return stored_intervention(
+        annotator, step, action, step.reasoning, takeover_actions=list(takeover), child_trajectory=child
     )
 
 
@@ -22,7 +16,7 @@ def test_an_intervention_without_a_continuation_gives_the_prefix_and_the_correct
     project, annotator, grid_trajectory
 ):
     parent = grid_trajectory(["up", "left", "down"])
-    label = intervene(project, annotator, parent, 1, "right")
+    label = intervene(annotator, parent, 1, "right")
 
     [row] = rows(project, "sft")
 
@@ -40,7 +34,7 @@ def test_a_takeover_keeps_the_hand_played_steps_but_not_the_policys_continuation
     parent = grid_trajectory(["up", "left", "down"])
     # Step 1 corrected to "right", step 2 played by hand ("right"), then the policy went on with "down".
     child = grid_trajectory(["up", "right", "right", "down"], parent=parent, branch_step_index=1)
-    intervene(project, annotator, parent, 1, "right", child=child, takeover=["right"])
+    intervene(annotator, parent, 1, "right", child=child, takeover=["right"])
 
     [row] = rows(project, "sft")
 

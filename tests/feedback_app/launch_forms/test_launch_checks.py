@@ -9,11 +9,11 @@ from django.urls import reverse
 
 from feedback_app.exports.filters import ExportFilters
 from feedback_app.exports.snapshots import create_snapshot
-from feedback_app.models import Comparison, Intervention, RunStatus, TrainingRun
+from feedback_app.models import Comparison, RunStatus, TrainingRun
 from reward_models.common.config import ConfigError
 from reward_models.envs.gridworld import GridWorld
+from tests.feedback_app.labels import stored_intervention
 from tests.feedback_app.views.test_training import field_html
-from tests.trajectories import correction
 from training.runs import execute_run
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("artifact_root")]
@@ -81,9 +81,7 @@ def test_a_snapshot_too_small_for_the_settings_is_launched_only_when_confirmed(
         step = trajectory.steps.get(index=0)
         step.action, step.message = original, GridWorld().message_for_action(original, "")
         step.save()
-        Intervention.objects.create(
-            project=project, annotator=annotator, trajectory=trajectory, step=step, **correction(step, corrected)
-        )
+        stored_intervention(annotator, step, corrected)
     snapshot = create_snapshot(project, "step_preference", ExportFilters(), user=researcher, name="corrections")
     client.force_login(researcher)
     form = {"kind": "dpo", "base_policy": tiny_policy.pk, "snapshot": snapshot.pk}
