@@ -6,34 +6,27 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from feedback_app.models import PolicyVersion, Step, Task, Trajectory
+from tests.feedback_app.import_rows import as_json_lines, import_row
 
 pytestmark = pytest.mark.django_db
 
 
 def _row(external_id: str = "ep-1", **overrides) -> dict:
-    row = {
-        "external_id": external_id,
-        "task": {"external_id": "task-1", "instruction": "book a flight to Oslo"},
-        "policy": "my-agent-v3",
-        "steps": [
-            {"observation": "home page", "reasoning": "search first", "action": "search('Oslo')", "reward": 0.0},
-            {
-                "observation": "3 results",
-                "action": "",
-                "tool_calls": [{"name": "book", "arguments": {"flight": "SK123"}}],
-                "reward": 1.0,
-                "media": [{"type": "image", "url": "https://example.test/shot.png"}],
-            },
-        ],
-        "outcome": {"success": True, "return": 1.0},
+    """An import row whose last step also carries a reward and a screenshot (a row with media, which the serializer
+    reads rather than the fast path)."""
+    last_step = {
+        "observation": "3 results",
+        "action": "",
+        "tool_calls": [{"name": "book", "arguments": {"flight": "SK123"}}],
+        "reward": 1.0,
+        "media": [{"type": "image", "url": "https://example.test/shot.png"}],
     }
-    row.update(overrides)
-    return row
+    return import_row(external_id, last_step=last_step, **overrides)
 
 
 def _write(tmp_path, rows: list, name: str = "trajectories.jsonl"):
     path = tmp_path / name
-    path.write_text("\n".join(row if isinstance(row, str) else json.dumps(row) for row in rows) + "\n")
+    path.write_bytes(as_json_lines(rows))
     return path
 
 

@@ -35,18 +35,30 @@ def test_helpers_parse_good_values(monkeypatch):
     assert env_int("TANDEM_UNSET_VARIABLE", 7) == 7
 
 
-def _start_django(**env: str) -> subprocess.CompletedProcess:
+ENGINE = "settings.DATABASES['default']['ENGINE']"
+
+
+def _start_django(printing: str = ENGINE, **env: str) -> subprocess.CompletedProcess:
+    """Sets Django up in a fresh interpreter, with `env` over this environment less SECRET_KEY, DEBUG and
+    DATABASE_URL, and prints `printing` (an expression over the settings; by default the database engine)."""
     clean = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG", "DATABASE_URL"}}
-    code = (
-        "import django; django.setup(); from django.conf import settings; "
-        "print(settings.DATABASES['default']['ENGINE'])"
-    )
     return subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", f"import django; django.setup(); from django.conf import settings; print({printing})"],
         env={**clean, "DJANGO_SETTINGS_MODULE": "feedback_app.settings", **env},
         capture_output=True,
         text=True,
         timeout=120,
+    )
+
+
+def _make_secret_key(data_dir) -> subprocess.CompletedProcess:
+    """Runs `python -m feedback_app.secret_key` with `data_dir` as Tandem's data directory."""
+    return subprocess.run(
+        [sys.executable, "-m", "feedback_app.secret_key"],
+        env={**os.environ, "TANDEM_DATA_DIR": str(data_dir)},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -56,42 +68,16 @@ def test_start_up_stops_when_debug_is_off_without_a_secret_key(tmp_path):
     assert "SECRET_KEY is required when DEBUG is off" in result.stderr
 
 
-def _debug_setting(**env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG"}}
-    code = (
-        "import django; django.setup(); from django.conf import settings; print(settings.DEBUG, settings.SECRET_KEY)"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        env={**clean, "DJANGO_SETTINGS_MODULE": "feedback_app.settings", **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_debug_is_off_by_default_and_the_key_file_is_read(tmp_path):
-    made = subprocess.run(
-        [sys.executable, "-m", "feedback_app.secret_key"],
-        env={**os.environ, "TANDEM_DATA_DIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    made = _make_secret_key(tmp_path)
     assert made.returncode == 0, made.stderr
     key_file = tmp_path / "secret_key"
     assert oct(key_file.stat().st_mode & 0o777) == "0o600"
     key = key_file.read_text()
-    result = _debug_setting(TANDEM_DATA_DIR=str(tmp_path))
+    result = _start_django("settings.DEBUG, settings.SECRET_KEY", TANDEM_DATA_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", key]
-    again = subprocess.run(
-        [sys.executable, "-m", "feedback_app.secret_key"],
-        env={**os.environ, "TANDEM_DATA_DIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    again = _make_secret_key(tmp_path)
     assert "kept" in again.stdout and key_file.read_text() == key
 
 

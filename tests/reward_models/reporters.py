@@ -1,11 +1,12 @@
 """A reporter for pipeline tests: it keeps what a pipeline reports and can raise from `progress`, as Tandem's run
-reporter raises `RunCancelled` when a run is cancelled; and the cancel-then-resume and finished-directory checks
-every training pipeline's tests make with it; and one recorded run of a judge."""
+reporter raises `RunCancelled` when a run is cancelled; and the cancel-stops-training, cancel-then-resume and
+finished-directory checks every training pipeline's tests make with it; and one recorded run of a judge."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,6 +58,16 @@ def train_recorded(main: Callable, config_class: type, data_path, base_model, ou
     reporter = RecordingReporter()
     config = config_class(data_path=str(data_path), base_model=str(base_model), output_dir=str(output_dir), **settings)
     return config, main(config, reporter), reporter
+
+
+def assert_cancel_stops_training(main: Callable[..., dict[str, Any]], config: Any, raise_at: int) -> None:
+    """Runs the pipeline `main` on `config` with a reporter that cancels at training step `raise_at`, and checks
+    that training stopped at that step without writing the artifact manifest into the output directory."""
+    reporter = RecordingReporter(raise_at=raise_at)
+    with pytest.raises(RunCancelled):
+        main(config, reporter)
+    assert [step for step, _ in reporter.steps] == list(range(1, raise_at + 1))
+    assert not (Path(config.output_dir) / "tandem_artifact.json").exists()
 
 
 def resumed_after_cancel(

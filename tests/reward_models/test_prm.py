@@ -3,7 +3,6 @@ untrained Llama on CPU."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,12 @@ from simulation.episodes import scripted_episodes
 from simulation.oracle_data import intervention_rows, stepwise_rows, write_jsonl
 from tests.launch import command_help, run_command
 from tests.reward_models import tool_chat
-from tests.reward_models.reporters import RecordingReporter, RunCancelled, train_recorded
+from tests.reward_models.reporters import (
+    RecordingReporter,
+    assert_cancel_stops_training,
+    assert_finished_returns_summary,
+    train_recorded,
+)
 
 # A 4x4 grid with an 8-step limit keeps a trajectory near 200 tokens.
 SMALL_GRID = {"size": 4, "max_steps": 8}
@@ -199,18 +203,12 @@ def test_a_run_resumes_from_its_last_checkpoint_after_a_crash(data_path, tiny_ba
 
 
 def test_a_cancel_raised_by_the_reporter_stops_training_within_one_step(data_path, tiny_base_model, tmp_path):
-    reporter = RecordingReporter(raise_at=2)
-    with pytest.raises(RunCancelled):
-        main(config_for(data_path, tiny_base_model, tmp_path / "model", max_steps=50), reporter)
-    assert [step for step, _ in reporter.steps] == [1, 2]
-    assert not (tmp_path / "model" / "tandem_artifact.json").exists()
+    assert_cancel_stops_training(main, config_for(data_path, tiny_base_model, tmp_path / "model", max_steps=50), 2)
 
 
 def test_a_finished_run_directory_returns_its_summary_without_training(trained):
     config, summary, _ = trained
-    reporter = RecordingReporter()
-    assert main(config, reporter) == json.loads(json.dumps(summary))
-    assert reporter.steps == []
+    assert_finished_returns_summary(main, config, summary)
     with pytest.raises(ConfigError, match="output_dir"):
         main(PRMConfig(**{**vars(config), "threshold": 0.3}))
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from feedback_app.models import ApiToken, Task
+from tests.feedback_app.api.routes import api_path, api_routes
 
 pytestmark = pytest.mark.django_db
 
@@ -108,31 +108,13 @@ def test_a_full_token_may_write_where_the_role_allows(project, researcher, token
     assert Task.objects.filter(project=project, instruction="new task").exists()
 
 
-def _api_routes() -> list[str]:
-    """Every route under /api/ with its path arguments filled in with 1."""
-    routes = []
-
-    def walk(patterns, prefix):
-        for pattern in patterns:
-            route = prefix + str(pattern.pattern)
-            if isinstance(pattern, URLResolver):
-                walk(pattern.url_patterns, route)
-            elif isinstance(pattern, URLPattern) and route.startswith("api/"):
-                routes.append(route)
-
-    walk(get_resolver().url_patterns, "")
-    return routes
-
-
 def test_a_read_only_token_is_refused_on_every_unsafe_api_route(project, researcher, admin_member, token_client):
-    import re
-
     clients = {user: token_client(user, read_only=True) for user in (researcher, admin_member)}
-    routes = _api_routes()
+    routes = api_routes()
     assert any("import" in route for route in routes)
     refused = set()
     for route in routes:
-        path = "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(project.pk), route)
+        path = api_path(route, lambda m: str(project.pk))
         for client in clients.values():
             for method in ("post", "put", "patch", "delete"):
                 response = getattr(client, method)(path, {}, format="json")

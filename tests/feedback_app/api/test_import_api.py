@@ -12,29 +12,11 @@ from feedback_app import imports
 from feedback_app.imports import batches, reading
 from feedback_app.imports.trajectories import TrajectoryRows
 from feedback_app.models import PolicyVersion, Step, Task, Trajectory
+from tests.feedback_app.import_rows import as_json_lines, import_row
 
 pytestmark = pytest.mark.django_db
 
 JSONL = "application/x-ndjson"
-
-
-def _row(external_id: str = "ep-1", **overrides) -> dict:
-    row = {
-        "external_id": external_id,
-        "task": {"external_id": "task-1", "instruction": "book a flight to Oslo"},
-        "policy": "my-agent-v3",
-        "steps": [
-            {"observation": "home page", "reasoning": "search first", "action": "search('Oslo')", "reward": 0.0},
-            {"observation": "3 results", "action": "", "tool_calls": [{"name": "book", "arguments": {"id": 1}}]},
-        ],
-        "outcome": {"success": True, "return": 1.0},
-    }
-    row.update(overrides)
-    return row
-
-
-def _jsonl(rows: list) -> bytes:
-    return ("\n".join(row if isinstance(row, str) else json.dumps(row) for row in rows) + "\n").encode()
 
 
 @pytest.fixture
@@ -50,7 +32,7 @@ def post_import(project, researcher, api_as):
 
 
 def test_it_imports_json_lines_and_reports_counts(project, post_import):
-    response = post_import(_jsonl([_row("ep-1"), _row("ep-2", task={"seed": 3})]))
+    response = post_import(as_json_lines([import_row("ep-1"), import_row("ep-2", task={"seed": 3})]))
     assert response.status_code == 200, response.json()
     assert response.json() == {"created": 2, "skipped": 0}
     imported = Trajectory.objects.get(external_id="ep-1")
@@ -72,7 +54,7 @@ def test_it_imports_a_json_array_and_chat_style_rows(project, post_import):
             {"role": "assistant", "content": "buy result 1"},
         ],
     }
-    response = post_import(json.dumps([_row("ep-1"), chat], indent=2).encode(), content_type="application/json")
+    response = post_import(json.dumps([import_row("ep-1"), chat], indent=2).encode(), content_type="application/json")
     assert response.status_code == 200, response.json()
     assert response.json()["created"] == 2
     steps = Trajectory.objects.get(external_id="chat-1").steps.order_by("index")
@@ -80,9 +62,10 @@ def test_it_imports_a_json_array_and_chat_style_rows(project, post_import):
 
 
 def test_a_retried_import_duplicates_nothing(project, post_import):
-    body = _jsonl([_row("ep-1"), _row("ep-2")])
+    body = as_json_lines([import_row("ep-1"), import_row("ep-2")])
     assert post_import(body).json() == {"created": 2, "skipped": 0}
-    assert post_import(_jsonl([_row("ep-1"), _row("ep-2"), _row("ep-3")])).json() == {"created": 1, "skipped": 2}
+    retried = as_json_lines([import_row("ep-1"), import_row("ep-2"), import_row("ep-3")])
+    assert post_import(retried).json() == {"created": 1, "skipped": 2}
     assert Trajectory.objects.filter(project=project).count() == 3
     assert Task.objects.filter(project=project, external_id="task-1").count() == 1
     assert PolicyVersion.objects.filter(project=project, name="my-agent-v3").count() == 1
@@ -98,9 +81,9 @@ def test_one_bad_row_rolls_back_every_row_already_written(project, post_import, 
         "store",
         lambda kind, rows, result: (stored_batches.append(len(rows)), store(kind, rows, result)),
     )
-    rows = [_row(f"ep-{i}") for i in range(7)]
-    rows[5] = _row("ep-5", steps=[{"observation": "x", "action": ""}])
-    response = post_import(_jsonl(rows))
+    rows = [import_row(f"ep-{i}") for i in range(7)]
+    rows[5] = import_row("ep-5", steps=[{"observation": "x", "action": ""}])
+    response = post_import(as_json_lines(rows))
     assert response.status_code == 400
     body = response.json()
     assert body["bad_rows"] == 1
@@ -115,13 +98,13 @@ def test_one_bad_row_rolls_back_every_row_already_written(project, post_import, 
 
 def test_wrong_types_are_reported_per_row_and_field(project, post_import):
     rows = [
-        _row("ep-1", steps=[{"observation": "x", "reward": "lots", "action": "go"}]),
-        _row("ep-2", task="task-1"),
+        import_row("ep-1", steps=[{"observation": "x", "reward": "lots", "action": "go"}]),
+        import_row("ep-2", task="task-1"),
         ["not", "an", "object"],
-        _row("ep-4", outcome={"success": "maybe"}),
-        _row("ep-1"),
+        import_row("ep-4", outcome={"success": "maybe"}),
+        import_row("ep-1"),
     ]
-    response = post_import(_jsonl(rows))
+    response = post_import(as_json_lines(rows))
     assert response.status_code == 400
     errors = {(e["row"], e["field"]): e["reason"] for e in response.json()["errors"]}
     assert errors[(1, "steps[0].reward")] == "A valid number is required."
@@ -134,7 +117,9 @@ def test_wrong_types_are_reported_per_row_and_field(project, post_import):
 
 
 def test_malformed_json_gets_400_naming_the_line(project, post_import):
-    response = post_import(_jsonl([_row("ep-1"), "", '{"external_id": "ep-2", "task": ', _row("ep-3")]))
+    response = post_import(
+        as_json_lines([import_row("ep-1"), "", '{"external_id": "ep-2", "task": ', import_row("ep-3")])
+    )
     assert response.status_code == 400
     body = response.json()
     assert body["errors"][0]["row"] == 3
@@ -159,7 +144,7 @@ def test_nan_is_refused_as_not_json(project, post_import):
 
 
 def test_only_the_first_100_problems_are_listed(project, post_import):
-    response = post_import(_jsonl(["{bad"] * 150))
+    response = post_import(as_json_lines(["{bad"] * 150))
     body = response.json()
     assert response.status_code == 400
     assert (body["bad_rows"], len(body["errors"])) == (150, 100)
@@ -167,7 +152,7 @@ def test_only_the_first_100_problems_are_listed(project, post_import):
 
 def test_a_body_over_the_size_limit_gets_413_before_anything_is_read(project, post_import, settings):
     settings.TANDEM_IMPORT_MAX_BYTES = 1000
-    body = _jsonl([_row(f"ep-{i}") for i in range(10)])
+    body = as_json_lines([import_row(f"ep-{i}") for i in range(10)])
     assert len(body) > 1000
     response = post_import(body)
     assert response.status_code == 413
@@ -178,7 +163,7 @@ def test_a_body_over_the_size_limit_gets_413_before_anything_is_read(project, po
 def test_the_size_limit_is_also_enforced_while_reading(project, post_import, settings):
     # A body whose declared length understates it is cut at the limit as it is read.
     settings.TANDEM_IMPORT_MAX_BYTES = 1000
-    body = _jsonl([_row(f"ep-{i}") for i in range(10)])
+    body = as_json_lines([import_row(f"ep-{i}") for i in range(10)])
     with pytest.raises(imports.BodyTooLarge):
         list(imports.iter_json_rows(io.BytesIO(body), limit=1000))
     assert len(list(imports.iter_json_rows(io.BytesIO(body), limit=len(body)))) == 10
@@ -186,8 +171,8 @@ def test_the_size_limit_is_also_enforced_while_reading(project, post_import, set
 
 def test_rows_split_across_read_chunks_parse_whole(monkeypatch):
     monkeypatch.setattr(reading, "CHUNK_BYTES", 7)
-    rows = [_row(f"ep-{i}") for i in range(5)]
-    as_lines = list(imports.iter_json_rows(io.BytesIO(_jsonl(rows))))
+    rows = [import_row(f"ep-{i}") for i in range(5)]
+    as_lines = list(imports.iter_json_rows(io.BytesIO(as_json_lines(rows))))
     as_array = list(imports.iter_json_rows(io.BytesIO(json.dumps(rows, indent=1).encode())))
     assert [obj for _, obj in as_lines] == rows
     assert as_array == list(enumerate(rows, start=1))
@@ -206,6 +191,9 @@ def test_an_empty_body_gets_400(project, post_import):
 
 def test_a_token_with_write_access_imports_too(project, researcher, token_client):
     response = token_client(researcher).generic(
-        "POST", f"/api/projects/{project.pk}/trajectories/import", _jsonl([_row()]), content_type="application/jsonl"
+        "POST",
+        f"/api/projects/{project.pk}/trajectories/import",
+        as_json_lines([import_row()]),
+        content_type="application/jsonl",
     )
     assert response.status_code == 200 and response.json()["created"] == 1

@@ -54,7 +54,18 @@ def parameters_of(model) -> dict:
     return {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
 
 
-def assert_trained(trainer, before: dict) -> None:
+def assert_trains(trainer_class, config_class, model, dataset, tokenizer, tmp_path, **overrides) -> None:
+    """Builds a TRL `trainer_class` for `model` (a model, or the path of a saved one) on `dataset`, trains it for
+    three steps under `config_class` with `overrides`, and checks that a parameter changed and that the logged
+    loss stayed finite and moved."""
+    trainer = trainer_class(
+        model=model,
+        args=training_args(config_class, tmp_path, **overrides),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    before = parameters_of(trainer.model)
+    trainer.train()
     after = dict(trainer.model.named_parameters())
     assert any(not after[name].detach().equal(value) for name, value in before.items()), "no parameter changed"
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
@@ -94,17 +105,7 @@ def test_reward_trainer_trains_on_the_preference_export(download, policy_tokeniz
     assert {"prompt", "chosen", "rejected", "margin"} <= set(dataset.column_names)
     assert_tokenizes(policy_tokenizer, (row["prompt"] + row["chosen"] for row in dataset))
     model = AutoModelForSequenceClassification.from_config(tiny_config(policy_tokenizer, num_labels=1))
-    before = parameters_of(model)
-
-    trainer = RewardTrainer(
-        model=model,
-        args=training_args(RewardConfig, tmp_path),
-        train_dataset=dataset,
-        processing_class=policy_tokenizer,
-    )
-    trainer.train()
-
-    assert_trained(trainer, before)
+    assert_trains(RewardTrainer, RewardConfig, model, dataset, policy_tokenizer, tmp_path)
 
 
 def test_reward_trainer_also_reads_the_text_style(download, policy_tokenizer, tmp_path):
@@ -114,15 +115,7 @@ def test_reward_trainer_also_reads_the_text_style(download, policy_tokenizer, tm
     dataset = download("preference", "parquet", style="text")
     assert isinstance(dataset[0]["chosen"], str)
     model = AutoModelForSequenceClassification.from_config(tiny_config(policy_tokenizer, num_labels=1))
-    before = parameters_of(model)
-    trainer = RewardTrainer(
-        model=model,
-        args=training_args(RewardConfig, tmp_path),
-        train_dataset=dataset,
-        processing_class=policy_tokenizer,
-    )
-    trainer.train()
-    assert_trained(trainer, before)
+    assert_trains(RewardTrainer, RewardConfig, model, dataset, policy_tokenizer, tmp_path)
 
 
 def test_dpo_trainer_trains_the_policy_on_the_preference_export(download, policy_tokenizer, tiny_policy_dir, tmp_path):
@@ -130,15 +123,7 @@ def test_dpo_trainer_trains_the_policy_on_the_preference_export(download, policy
 
     dataset = download("preference")
     # The policy directory is a saved model, so DPO builds its reference model from the same path.
-    trainer = DPOTrainer(
-        model=str(tiny_policy_dir),
-        args=training_args(DPOConfig, tmp_path, max_length=512),
-        train_dataset=dataset,
-        processing_class=policy_tokenizer,
-    )
-    before = parameters_of(trainer.model)
-    trainer.train()
-    assert_trained(trainer, before)
+    assert_trains(DPOTrainer, DPOConfig, str(tiny_policy_dir), dataset, policy_tokenizer, tmp_path, max_length=512)
 
 
 def test_dpo_trainer_trains_on_step_preferences(download, policy_tokenizer, tiny_policy_dir, tmp_path):
@@ -147,15 +132,7 @@ def test_dpo_trainer_trains_on_step_preferences(download, policy_tokenizer, tiny
     dataset = download("step_preference")
     assert set(dataset["source"]) == {"intervention", "comparison"}
     assert_tokenizes(policy_tokenizer, (row["prompt"] + row["chosen"] for row in dataset))
-    trainer = DPOTrainer(
-        model=str(tiny_policy_dir),
-        args=training_args(DPOConfig, tmp_path, max_length=512),
-        train_dataset=dataset,
-        processing_class=policy_tokenizer,
-    )
-    before = parameters_of(trainer.model)
-    trainer.train()
-    assert_trained(trainer, before)
+    assert_trains(DPOTrainer, DPOConfig, str(tiny_policy_dir), dataset, policy_tokenizer, tmp_path, max_length=512)
 
 
 def test_kto_trainer_trains_on_the_unpaired_export(download, policy_tokenizer, tiny_policy_dir, tmp_path):
@@ -164,15 +141,7 @@ def test_kto_trainer_trains_on_the_unpaired_export(download, policy_tokenizer, t
     dataset = download("unpaired", "parquet")
     assert set(dataset["label"]) == {True, False}
     assert_tokenizes(policy_tokenizer, (row["prompt"] + row["completion"] for row in dataset))
-    trainer = KTOTrainer(
-        model=str(tiny_policy_dir),
-        args=training_args(KTOConfig, tmp_path, max_length=512),
-        train_dataset=dataset,
-        processing_class=policy_tokenizer,
-    )
-    before = parameters_of(trainer.model)
-    trainer.train()
-    assert_trained(trainer, before)
+    assert_trains(KTOTrainer, KTOConfig, str(tiny_policy_dir), dataset, policy_tokenizer, tmp_path, max_length=512)
 
 
 def test_sft_trainer_trains_on_the_sft_export(download, policy_tokenizer, tiny_policy_dir, tmp_path):
@@ -181,15 +150,7 @@ def test_sft_trainer_trains_on_the_sft_export(download, policy_tokenizer, tiny_p
     dataset = download("sft")
     assert set(dataset["source"]) == {"intervention", "demonstration"}
     assert_tokenizes(policy_tokenizer, dataset["messages"])
-    trainer = SFTTrainer(
-        model=str(tiny_policy_dir),
-        args=training_args(SFTConfig, tmp_path, max_length=512),
-        train_dataset=dataset,
-        processing_class=policy_tokenizer,
-    )
-    before = parameters_of(trainer.model)
-    trainer.train()
-    assert_trained(trainer, before)
+    assert_trains(SFTTrainer, SFTConfig, str(tiny_policy_dir), dataset, policy_tokenizer, tmp_path, max_length=512)
 
 
 def test_a_token_classifier_prm_trains_on_the_stepwise_export(download, policy_tokenizer):
