@@ -26,23 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common.artifacts import write_manifest
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
-from reward_models.common.data import bad_rows, row_tools, split_by_task
+from reward_models.common.data import bad_rows, split_by_task
 from reward_models.common.judge_config import start_judge
 from reward_models.common.reporting import Reporter
 from reward_models.step_scorer import StepScorer
-from reward_models.steps import (
-    StepHeadConfig,
-    load_step_model,
-    loss_history,
-    pieces_problem,
-    prepare_tokenizer,
-    save_head,
-    train_step_head,
-    training_examples,
-)
+from reward_models.step_training import finish_step_head, fit_step_head
+from reward_models.steps import StepHeadConfig, load_step_model, pieces_problem
 
 if TYPE_CHECKING:
     import torch
@@ -210,8 +201,6 @@ def evaluate(
 
 def main(config: PRMConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train, save and evaluate a PRM; returns the summary (also stored in the directory's manifest)."""
-    from transformers import AutoTokenizer
-
     start = start_judge(config, KIND, "process reward model", row_problems, reporter)
     if start.finished is not None:
         return start.finished
@@ -229,44 +218,16 @@ def main(config: PRMConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     sources = Counter("intervention" if is_intervention(row) else "label" for row in train_rows)
     reporter.log(f"{len(train_rows)} training trajectories ({dict(sources)}), {len(eval_rows)} held out")
 
-    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(local.base_model))
-    trajectories = [
-        (row["prompt"], row["completions"], [int(bool(label)) for label in row["labels"]]) for row in train_rows
-    ]
-    examples = training_examples(
-        tokenizer, trajectories, config.step_separator, config.max_length, [row_tools(row) for row in train_rows]
-    )
-    head = train_step_head(local, tokenizer, examples, id2label=ID2LABEL, style=style, reporter=reporter)
-    model = save_head(head, config)
-    model.eval()
+    labels = [[int(bool(label)) for label in row["labels"]] for row in train_rows]
+    head = fit_step_head(local, train_rows, labels, id2label=ID2LABEL, style=style, reporter=reporter)
 
     metrics: dict[str, float] = {}
     if eval_rows:
-        prm = ProcessRewardModel(model, tokenizer, config.batch_size)
-        scores = prm.batch_step_scores(
-            [(row["prompt"], row["completions"]) for row in eval_rows], [row_tools(row) for row in eval_rows]
-        )
+        scores = ProcessRewardModel(head.model, head.tokenizer, config.batch_size).score_rows(eval_rows)
         metrics = evaluate(scores, eval_rows, prior_rows, config.threshold)
-        reporter.metric(head.trainer.state.global_step, **{f"eval_{name}": value for name, value in metrics.items()})
-    losses = loss_history(head.trainer)
-    summary = {
-        "metrics": metrics,
-        "train_samples": len(examples),
-        "train_trajectories": len(train_rows),
-        "train_rows_by_source": dict(sources),
-        "eval_samples": len(eval_rows),
-        "train_seconds": head.train_seconds,
-        "samples_per_second": head.samples_per_second,
-        "global_step": head.trainer.state.global_step,
-        "first_loss": losses[0] if losses else None,
-        "last_loss": losses[-1] if losses else None,
-        "output_dir": config.output_dir,
-        "resumed_from": head.resumed_from,
-    }
-    if head.trainer.is_world_process_zero():
-        write_manifest(config.output_dir, kind=KIND, config=config, metrics=metrics, summary=summary)
-    reporter.log(f"wrote {config.output_dir}")
-    return summary
+    return finish_step_head(
+        head, config, KIND, metrics, reporter, train_rows_by_source=dict(sources), eval_samples=len(eval_rows)
+    )
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ step; a subclass says which number a step's head outputs make (`from_outputs`)."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+from reward_models.common.data import row_tools
 from reward_models.conversation import Message
 from reward_models.steps import Pieces, Prompt, Tools, read_steps, step_style, trajectory_steps
 
@@ -41,6 +42,12 @@ class StepScorer:
         None per trajectory."""
         outputs = read_steps(self.model, self.tokenizer, trajectories, self.batch_size, tools)
         return [self.from_outputs(output) for output in outputs]
+
+    def score_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
+        """`score_trajectories` of export rows: each row's ``prompt`` and ``completions``, with its ``tools``."""
+        return self.score_trajectories(
+            [(row["prompt"], row["completions"]) for row in rows], [row_tools(row) for row in rows]
+        )
 
     def score_conversations(
         self, conversations: Sequence[Sequence[Message]], tools: Sequence[Tools] = ()

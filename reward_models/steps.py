@@ -1,6 +1,7 @@
 """Per-step heads: what the process reward model (`reward_models.prm`) and the value critic (`reward_models.value`)
 share. Both put a token-classification head on a causal LM or encoder and read it at the token that ends each step,
-the design of TRL's former ``PRMTrainer``.
+the design of TRL's former ``PRMTrainer``. This module lays trajectories out and reads a head at their steps;
+`reward_models.step_training` trains one.
 
 A trajectory is a `prompt` and one piece per step, in one of two styles (the stepwise and returns exports' layouts;
 the prompt followed by the pieces is the trajectory up to its last step):
@@ -40,23 +41,19 @@ is the one it reads) are stored in the model's ``config.json``, so a directory t
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common.artifacts import checkpoint_dir, last_checkpoint, trained_model
 from reward_models.common.config import ConfigError
 from reward_models.common.judge_config import JudgeConfig
-from reward_models.common.reporting import Reporter, trainer_callback, without_printer
-from reward_models.common.runtime import lora_settings, resolve_precision, seed_everything, trainer_precision_args
 from reward_models.conversation import Message
 from reward_models.policy.turns import message_steps, text_pair, text_steps, transcript
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 IGNORE = -100
 STYLES = ("conversational", "text")
@@ -318,108 +315,3 @@ def load_step_model(path: str | Path, device: str | None = None) -> tuple[PreTra
             raise ValueError(f"{path} is not a per-step head: its config.json has no {setting}")
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
     return model, prepare_tokenizer(AutoTokenizer.from_pretrained(path))
-
-
-# --- training ----------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TrainedHead:
-    trainer: Trainer
-    resumed_from: str | None
-    steps_run: int
-    train_seconds: float
-
-    @property
-    def samples_per_second(self) -> float:
-        args = self.trainer.args
-        samples = self.steps_run * args.per_device_train_batch_size * args.world_size
-        return samples / self.train_seconds if self.train_seconds > 0 else 0.0
-
-
-def train_step_head(
-    config: StepHeadConfig,
-    tokenizer: PreTrainedTokenizerBase,
-    examples: Sequence[dict[str, list]],
-    *,
-    id2label: dict[int, str],
-    style: str,
-    reporter: Reporter,
-    compute_loss_func: Callable[..., torch.Tensor] | None = None,
-) -> TrainedHead:
-    """Train ``AutoModelForTokenClassification`` from `config.base_model` with one output per label in `id2label` on
-    `examples` (made from rows of `style`, which the saved head records) with the transformers `Trainer` (accelerate
-    underneath), checkpointing into ``checkpoint_dir(output_dir)`` and resuming from the last checkpoint there. With
-    one label the head regresses (pass `regression_loss`); otherwise the model's own cross-entropy trains it.
-    Exceptions from the reporter stop training and propagate."""
-    from transformers import AutoModelForTokenClassification, Trainer, TrainingArguments
-
-    precision = resolve_precision(config.precision)
-    seed_everything(config.seed)
-    model = AutoModelForTokenClassification.from_pretrained(
-        config.base_model, num_labels=len(id2label), id2label=id2label, label2id={v: k for k, v in id2label.items()}
-    )
-    model.config.pad_token_id = tokenizer.pad_token_id
-    # A head reads every position in one pass; a decoder's KV cache would only cost memory.
-    model.config.use_cache = False
-    model.config.step_separator = config.step_separator
-    model.config.step_max_length = config.max_length
-    model.config.step_style = style
-    if config.use_lora:
-        from peft import get_peft_model
-
-        # TOKEN_CLS keeps the new head (`score` / `classifier`) fully trainable beside the adapters, which go on
-        # peft's default modules for the architecture (attention projections).
-        model = get_peft_model(model, lora_settings(config.lora_r, "TOKEN_CLS"))
-    args = TrainingArguments(
-        output_dir=str(checkpoint_dir(config.output_dir)),
-        num_train_epochs=config.num_epochs,
-        max_steps=config.max_steps,
-        per_device_train_batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
-        seed=config.seed,
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        logging_steps=config.logging_steps,
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        **trainer_precision_args(precision),
-    )
-    trainer = without_printer(
-        Trainer(
-            model=model,
-            args=args,
-            data_collator=StepCollator(tokenizer.pad_token_id, regression=len(id2label) == 1),
-            train_dataset=list(examples),
-            processing_class=tokenizer,
-            compute_loss_func=compute_loss_func,
-            callbacks=[trainer_callback(reporter)],
-        )
-    )
-    resumed_from = last_checkpoint(config.output_dir)
-    if resumed_from:
-        reporter.log(f"resuming from {resumed_from}")
-    started = time.monotonic()
-    start_step = int(Path(resumed_from).name.rsplit("-", 1)[1]) if resumed_from else 0
-    trainer.train(resume_from_checkpoint=resumed_from)
-    seconds = time.monotonic() - started
-    return TrainedHead(trainer, resumed_from, trainer.state.global_step - start_step, seconds)
-
-
-def save_head(head: TrainedHead, config: StepHeadConfig) -> PreTrainedModel:
-    """Write the trained model (LoRA adapters merged into it) and tokenizer to `config.output_dir` as an ordinary
-    HF directory; returns the model that was written, for evaluation."""
-    trainer = head.trainer
-    model = trained_model(trainer.accelerator, trainer.model)
-    if config.use_lora:
-        model = model.merge_and_unload()
-    if trainer.is_world_process_zero():
-        model.save_pretrained(config.output_dir)
-        trainer.processing_class.save_pretrained(config.output_dir)
-    return model
-
-
-def loss_history(trainer: Trainer) -> list[float]:
-    """The training losses the Trainer logged, in order."""
-    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common.artifacts import write_manifest
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
 from reward_models.common.data import bad_rows, row_tools, rows_style, split_by_task
@@ -44,17 +43,8 @@ from reward_models.common.judge_config import start_judge
 from reward_models.common.reporting import Reporter
 from reward_models.conversation import Message
 from reward_models.step_scorer import StepScorer
-from reward_models.steps import (
-    StepHeadConfig,
-    load_step_model,
-    loss_history,
-    pieces_problem,
-    prepare_tokenizer,
-    regression_loss,
-    save_head,
-    train_step_head,
-    training_examples,
-)
+from reward_models.step_training import finish_step_head, fit_step_head
+from reward_models.steps import StepHeadConfig, load_step_model, pieces_problem, regression_loss
 
 if TYPE_CHECKING:
     import torch
@@ -246,8 +236,6 @@ def evaluate(
 
 def main(config: ValueConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train, save and evaluate a value critic; returns the summary (also stored in the directory's manifest)."""
-    from transformers import AutoTokenizer
-
     start = start_judge(config, KIND, "value critic", row_problems, reporter)
     if start.finished is not None:
         return start.finished
@@ -261,51 +249,25 @@ def main(config: ValueConfig, reporter: Reporter | None = None) -> dict[str, Any
         raise ConfigError("data_path", "has no training rows after the held-out split")
     reporter.log(f"{len(train_rows)} training trajectories, {len(eval_rows)} held out")
 
-    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(local.base_model))
-    trajectories = [(row["prompt"], row["completions"], row["returns"]) for row in train_rows]
-    examples = training_examples(
-        tokenizer, trajectories, config.step_separator, config.max_length, [row_tools(row) for row in train_rows]
-    )
-    head = train_step_head(
+    head = fit_step_head(
         local,
-        tokenizer,
-        examples,
+        train_rows,
+        [row["returns"] for row in train_rows],
         id2label=ID2LABEL,
         style=style,
         reporter=reporter,
         compute_loss_func=regression_loss,
     )
-    model = save_head(head, config)
-    model.eval()
 
     metrics: dict[str, float] = {}
     if eval_rows:
-        critic = ValueCritic(model, tokenizer, config.batch_size)
-        predicted = critic.batch_values(
-            [(row["prompt"], row["completions"]) for row in eval_rows], [row_tools(row) for row in eval_rows]
-        )
+        predicted = ValueCritic(head.model, head.tokenizer, config.batch_size).score_rows(eval_rows)
         metrics = evaluate(predicted, [row["returns"] for row in eval_rows], [row["returns"] for row in train_rows])
         metrics["held_out_trajectories_with_rewards"] = sum(row["rewards"] is not None for row in eval_rows)
-        reporter.metric(head.trainer.state.global_step, **{f"eval_{name}": value for name, value in metrics.items()})
-    losses = loss_history(head.trainer)
-    summary = {
-        "metrics": metrics,
-        "train_samples": len(examples),
-        "train_trajectories": len(train_rows),
-        "judged_trajectories": sum(row["rewards"] is None for row in rows),
-        "eval_samples": len(eval_rows),
-        "train_seconds": head.train_seconds,
-        "samples_per_second": head.samples_per_second,
-        "global_step": head.trainer.state.global_step,
-        "first_loss": losses[0] if losses else None,
-        "last_loss": losses[-1] if losses else None,
-        "output_dir": config.output_dir,
-        "resumed_from": head.resumed_from,
-    }
-    if head.trainer.is_world_process_zero():
-        write_manifest(config.output_dir, kind=KIND, config=config, metrics=metrics, summary=summary)
-    reporter.log(f"wrote {config.output_dir}")
-    return summary
+    judged = sum(row["rewards"] is None for row in rows)
+    return finish_step_head(
+        head, config, KIND, metrics, reporter, judged_trajectories=judged, eval_samples=len(eval_rows)
+    )
 
 
 if __name__ == "__main__":

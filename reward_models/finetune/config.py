@@ -81,6 +81,22 @@ class PolicyTrainConfig:
         return self.reference_path or self.policy_path
 
 
+def turn_length_field() -> Any:
+    """The ``max_length`` setting of a trainer on exported turns: the longest turn in tokens, a longer one losing
+    the oldest history of its prompt first."""
+    return field(
+        default=1024, metadata={"help": "Longest turn in tokens; longer prompts lose their oldest history first."}
+    )
+
+
+def gradient_checkpointing_field() -> Any:
+    """The ``gradient_checkpointing`` setting of a trainer that can recompute activations (`trl_runs.trl_arguments`
+    passes it on to TRL), off by default."""
+    return field(
+        default=False, metadata={"help": "Recompute activations in the backward pass (saves memory on large models)."}
+    )
+
+
 def environment_factory(config: PolicyTrainConfig) -> Callable[[], Environment]:
     """A fresh environment per call (environments are stateful), as `reward_models.rollout` wants."""
     return partial(load_environment, config.environment, config.environment_config)

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,11 +60,15 @@ from typing import Any
 from reward_models.common.artifacts import checkpoint_dir, trained_model
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, choice, require
-from reward_models.common.data import bad_rows, read_rows
-from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback, without_printer
-from reward_models.common.runtime import lora_settings, seed_everything
-from reward_models.finetune.artifacts import finished_policy, save_trained_policy
-from reward_models.finetune.config import PolicyTrainConfig, environment_factory
+from reward_models.common.data import bad_rows
+from reward_models.common.reporting import Reporter, without_printer
+from reward_models.common.runtime import lora_settings
+from reward_models.finetune.config import (
+    PolicyTrainConfig,
+    environment_factory,
+    gradient_checkpointing_field,
+    turn_length_field,
+)
 from reward_models.finetune.dpo_pairs import (
     PreferencePair,
     action_counts,
@@ -75,7 +78,6 @@ from reward_models.finetune.dpo_pairs import (
     preference_pairs,
     trained_sides,
 )
-from reward_models.finetune.evaluation import evaluate_base, final_metrics
 from reward_models.finetune.loops import (
     make_accelerator,
     out_of_time,
@@ -83,8 +85,9 @@ from reward_models.finetune.loops import (
     resume_loop_checkpoint,
     save_loop_checkpoint,
 )
+from reward_models.finetune.offline import OfflineRun, start_offline
 from reward_models.finetune.policy_model import load_policy_model
-from reward_models.finetune.trl_runs import lora_config, train_with_resume, trainer_time_limit, trl_arguments
+from reward_models.finetune.trl_runs import lora_config, trl_arguments
 from reward_models.finetune.turn_batches import pad_turns, token_logprobs
 
 KIND = "dpo_policy"
@@ -113,15 +116,11 @@ class DPOConfig(PolicyTrainConfig):
     num_epochs: float = field(default=2.0, metadata={"help": "At most this many passes over the pairs."})
     max_steps: int = field(default=200, metadata={"help": "At most this many optimiser steps."})
     batch_size: int = field(default=16, metadata={"help": "Pairs per optimiser step."})
-    max_length: int = field(
-        default=1024, metadata={"help": "Longest turn in tokens; longer prompts lose their oldest history first."}
-    )
+    max_length: int = turn_length_field()
     precompute_ref_log_probs: bool = field(
         default=True, metadata={"help": "Score the pairs under the reference once, before training (no second model)."}
     )
-    gradient_checkpointing: bool = field(
-        default=False, metadata={"help": "Recompute activations in the backward pass (saves memory on large models)."}
-    )
+    gradient_checkpointing: bool = gradient_checkpointing_field()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -192,50 +191,36 @@ def describe_counts(counts: dict[str, int], config: DPOConfig) -> str:
 def main(config: DPOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train the policy on the pairs of `config.data_path`, evaluate it against the starting policy on the held-out
     tasks and write `config.output_dir`; returns the summary (also kept in the manifest)."""
-    reporter = reporter or SilentReporter()
-    finished = finished_policy(config, KIND, reporter)
-    if finished is not None:
-        return finished
-    seed_everything(config.seed)
-    rows = read_rows(config.data_path)
     # Dropout off, as TRL's DPO trainer has it: the reference's log-probabilities are taken without it, so a policy
     # scored with it would start with margins that are noise.
-    loaded = load_policy_model(config.policy_path, dropout=False)
-    tokenizer, settings = loaded.tokenizer, loaded.settings
-    pairs = preference_pairs(rows, tokenizer, settings["history_window"], config.level, environment_factory(config)())
+    run = start_offline(config, KIND, reporter, dropout=False)
+    if run.finished is not None:
+        return run.finished
+    rows = run.rows
+    pairs = preference_pairs(
+        rows, run.tokenizer, run.settings["history_window"], config.level, environment_factory(config)()
+    )
     available = len(pairs)
     pairs = _balanced(pairs, config)
     counts = _counts(len(rows), available, len(pairs), config)
     if not pairs:
         raise ConfigError("data_path", f"no usable preference pairs: {describe_counts(counts, config)}")
     steps = counts["steps"]
-    reporter.log(f"{describe_counts(counts, config)}, at the {config.level} level")
+    run.reporter.log(f"{describe_counts(counts, config)}, at the {config.level} level")
 
-    base = evaluate_base(loaded.model, tokenizer, settings, config, reporter)
-    started = time.monotonic()
-    if config.level == "step":
-        model, training, resumed = _train_steps(config, loaded.model, tokenizer, pairs, steps, reporter, started)
-    else:
-        model, training, resumed = _train_trajectories(
-            config, loaded.model, tokenizer, pairs, steps, reporter, started
-        )
-    train_seconds = time.monotonic() - started
-
-    metrics = {**final_metrics(model, tokenizer, settings, config, base, training, reporter), **counts}
-    summary = {
-        "metrics": metrics,
-        "labels_used": len(pairs),
-        "pairs_available": available,
-        "pair_counts": counts,
-        "action_counts": action_counts(pairs),
-        "steps": training.get("steps", steps),
-        "train_seconds": train_seconds,
-        "output_dir": str(config.output_dir),
-        "resumed_from": str(resumed) if resumed else None,
-    }
-    save_trained_policy(model, tokenizer, settings, config, kind=KIND, metrics=metrics, summary=summary)
-    shutil.rmtree(checkpoint_dir(config.output_dir), ignore_errors=True)
-    return summary
+    run.start_training()
+    train = _train_steps if config.level == "step" else _train_trajectories
+    model, training, resumed = train(run, pairs, steps)
+    return run.finish(
+        model,
+        training,
+        resumed,
+        extra_metrics=counts,
+        labels_used=len(pairs),
+        pairs_available=available,
+        pair_counts=counts,
+        action_counts=action_counts(pairs),
+    )
 
 
 def step_trainer(
@@ -308,13 +293,10 @@ def _shared_dataset(dataset: Any, config: DPOConfig) -> Any:
     return load_from_disk(str(folder))
 
 
-def _train_steps(config, model, tokenizer, pairs, steps, reporter, started):
+def _train_steps(run: OfflineRun, pairs: Sequence[PreferencePair], steps: int):
     """Step-level DPO through TRL's `DPOTrainer`, on the pairs as token ids."""
-    trainer = step_trainer(
-        config, model, tokenizer, pairs, steps, [trainer_callback(reporter), trainer_time_limit(config, started)]
-    )
-    training, resume = train_with_resume(trainer, config, reporter, extra=("rewards/accuracies", "rewards/margins"))
-    return trained_model(trainer.accelerator, trainer.model), training, resume
+    trainer = step_trainer(run.config, run.policy.model, run.tokenizer, pairs, steps, run.trainer_callbacks())
+    return run.train(trainer, extra=("rewards/accuracies", "rewards/margins"))
 
 
 def _cut_prompt(prompt_ids: list[int], completion_length: int, config: DPOConfig) -> list[int]:
@@ -326,12 +308,14 @@ def _cut_prompt(prompt_ids: list[int], completion_length: int, config: DPOConfig
 # --- trajectory level ----------------------------------------------------------------------------------------------
 
 
-def _train_trajectories(config, model, tokenizer, pairs, steps, reporter, started):
+def _train_trajectories(run: OfflineRun, pairs: Sequence[PreferencePair], steps: int):
     """Multi-turn DPO: each side's log-probability is the sum of its turns' completion log-probabilities."""
     import torch
     import torch.nn.functional as F
     from transformers import get_linear_schedule_with_warmup
 
+    config, reporter, started = run.config, run.reporter, run.started
+    model, tokenizer = run.policy.model, run.tokenizer
     accelerator = make_accelerator(config)
     if config.use_lora:
         from peft import get_peft_model

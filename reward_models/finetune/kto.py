@@ -38,23 +38,17 @@ from __future__ import annotations
 
 import math
 import random
-import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common.artifacts import checkpoint_dir, trained_model
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
-from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error
-from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback, without_printer
-from reward_models.common.runtime import seed_everything
-from reward_models.finetune.artifacts import finished_policy, save_trained_policy
-from reward_models.finetune.config import PolicyTrainConfig
-from reward_models.finetune.evaluation import evaluate_base, final_metrics
-from reward_models.finetune.policy_model import load_policy_model
-from reward_models.finetune.trl_runs import lora_config, train_with_resume, trainer_time_limit, trl_arguments
+from reward_models.common.data import bad_rows, row_tools, rows_error
+from reward_models.common.reporting import Reporter, without_printer
+from reward_models.finetune.config import PolicyTrainConfig, gradient_checkpointing_field, turn_length_field
+from reward_models.finetune.offline import start_offline
+from reward_models.finetune.trl_runs import lora_config, trl_arguments
 from reward_models.finetune.turn_batches import is_messages, prompt_steps, row_conversation
 from reward_models.policy.turns import encode_conversation
 
@@ -76,9 +70,7 @@ class KTOConfig(PolicyTrainConfig):
     num_epochs: float = field(default=1.0, metadata={"help": "At most this many passes over the turns."})
     max_steps: int = field(default=100, metadata={"help": "At most this many optimiser steps."})
     batch_size: int = field(default=32, metadata={"help": "Turns per optimiser step (at least 2, for the KL term)."})
-    max_length: int = field(
-        default=1024, metadata={"help": "Longest turn in tokens; longer prompts lose their oldest history first."}
-    )
+    max_length: int = turn_length_field()
     precompute_ref_log_probs: bool = field(
         default=False,
         metadata={
@@ -86,9 +78,7 @@ class KTOConfig(PolicyTrainConfig):
             "comes (pays off only when training sees most turns more than once)."
         },
     )
-    gradient_checkpointing: bool = field(
-        default=False, metadata={"help": "Recompute activations in the backward pass (saves memory on large models)."}
-    )
+    gradient_checkpointing: bool = gradient_checkpointing_field()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -160,15 +150,10 @@ def with_kl_completions(examples: list[dict[str, Any]], batch_size: int) -> list
 def main(config: KTOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train on the ratings of `config.data_path`, evaluate against the starting policy on the held-out tasks and
     write `config.output_dir`; returns the summary (also kept in the manifest)."""
-    reporter = reporter or SilentReporter()
-    finished = finished_policy(config, KIND, reporter)
-    if finished is not None:
-        return finished
-    seed_everything(config.seed)
-    rows = read_rows(config.data_path)
-    loaded = load_policy_model(config.policy_path)
-    tokenizer, settings = loaded.tokenizer, loaded.settings
-    examples, used = kto_examples(rows, tokenizer, settings["history_window"], config.max_length)
+    run = start_offline(config, KIND, reporter)
+    if run.finished is not None:
+        return run.finished
+    examples, used = kto_examples(run.rows, run.tokenizer, run.settings["history_window"], config.max_length)
     desirable = sum(example["label"] for example in examples)
     undesirable = len(examples) - desirable
     if not desirable or not undesirable:
@@ -181,38 +166,21 @@ def main(config: KTOConfig, reporter: Reporter | None = None) -> dict[str, Any]:
             weights["desirable_weight"] = undesirable / desirable
         else:
             weights["undesirable_weight"] = desirable / undesirable
-    reporter.log(f"{len(examples)} turns ({desirable} desirable) from {used} rows, {steps} steps, {weights}")
+    run.reporter.log(f"{len(examples)} turns ({desirable} desirable) from {used} rows, {steps} steps, {weights}")
 
-    base = evaluate_base(loaded.model, tokenizer, settings, config, reporter)
-    started = time.monotonic()
+    run.start_training()
     random.Random(config.seed).shuffle(examples)
-    trainer = kto_trainer(
-        config,
-        loaded.model,
-        tokenizer,
-        examples,
-        steps,
-        weights,
-        [trainer_callback(reporter), trainer_time_limit(config, started)],
+    trainer = kto_trainer(config, run.policy.model, run.tokenizer, examples, steps, weights, run.trainer_callbacks())
+    model, training, resumed = run.train(trainer, extra=("kl",))
+    return run.finish(
+        model,
+        training,
+        resumed,
+        labels_used=used,
+        turns=len(examples),
+        desirable_turns=desirable,
+        undesirable_turns=undesirable,
     )
-    training, resume = train_with_resume(trainer, config, reporter, extra=("kl",))
-    train_seconds = time.monotonic() - started
-    model = trained_model(trainer.accelerator, trainer.model)
-    metrics = final_metrics(model, tokenizer, settings, config, base, training, reporter)
-    summary = {
-        "metrics": metrics,
-        "labels_used": used,
-        "turns": len(examples),
-        "desirable_turns": desirable,
-        "undesirable_turns": undesirable,
-        "steps": trainer.state.global_step,
-        "train_seconds": train_seconds,
-        "output_dir": str(config.output_dir),
-        "resumed_from": resume,
-    }
-    save_trained_policy(model, tokenizer, settings, config, kind=KIND, metrics=metrics, summary=summary)
-    shutil.rmtree(checkpoint_dir(config.output_dir), ignore_errors=True)
-    return summary
 
 
 def kto_trainer(

@@ -33,24 +33,18 @@ Example::
 from __future__ import annotations
 
 import math
-import shutil
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from reward_models.common.artifacts import checkpoint_dir, trained_model
 from reward_models.common.cli import cli
 from reward_models.common.config import ConfigError, require
-from reward_models.common.data import bad_rows, read_rows, row_tools, rows_error
-from reward_models.common.reporting import Reporter, SilentReporter, trainer_callback, without_printer
-from reward_models.common.runtime import seed_everything
-from reward_models.finetune.artifacts import finished_policy, save_trained_policy
-from reward_models.finetune.config import PolicyTrainConfig
-from reward_models.finetune.evaluation import evaluate_base, final_metrics
-from reward_models.finetune.policy_model import load_policy_model
-from reward_models.finetune.trl_runs import lora_config, train_with_resume, trainer_time_limit, trl_arguments
+from reward_models.common.data import bad_rows, row_tools, rows_error
+from reward_models.common.reporting import Reporter, without_printer
+from reward_models.finetune.config import PolicyTrainConfig, gradient_checkpointing_field, turn_length_field
+from reward_models.finetune.offline import start_offline
+from reward_models.finetune.trl_runs import lora_config, trl_arguments
 from reward_models.finetune.turn_batches import is_messages, row_conversation
 from reward_models.policy.turns import encode_conversation
 
@@ -71,12 +65,8 @@ class SFTConfig(PolicyTrainConfig):
     sources: list[str] = field(
         default_factory=lambda: list(SOURCES), metadata={"help": "Which rows to imitate, by source (comma-separated)."}
     )
-    max_length: int = field(
-        default=1024, metadata={"help": "Longest turn in tokens; longer prompts lose their oldest history first."}
-    )
-    gradient_checkpointing: bool = field(
-        default=False, metadata={"help": "Recompute activations in the backward pass (saves memory on large models)."}
-    )
+    max_length: int = turn_length_field()
+    gradient_checkpointing: bool = gradient_checkpointing_field()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -139,47 +129,22 @@ def sft_examples(
 def main(config: SFTConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Imitate the rows of `config.data_path`, evaluate against the starting policy on the held-out tasks and write
     `config.output_dir`; returns the summary (also kept in the manifest)."""
-    reporter = reporter or SilentReporter()
-    finished = finished_policy(config, KIND, reporter)
-    if finished is not None:
-        return finished
-    seed_everything(config.seed)
-    rows = read_rows(config.data_path)
-    loaded = load_policy_model(config.policy_path)
-    tokenizer, settings = loaded.tokenizer, loaded.settings
-    examples, used = sft_examples(rows, tokenizer, settings["history_window"], config.sources, config.max_length)
+    run = start_offline(config, KIND, reporter)
+    if run.finished is not None:
+        return run.finished
+    rows, tokenizer = run.rows, run.tokenizer
+    examples, used = sft_examples(rows, tokenizer, run.settings["history_window"], config.sources, config.max_length)
     if not examples:
         raise ConfigError("data_path", f"no turns to imitate among its {len(rows)} rows (sources: {config.sources})")
     steps = min(config.max_steps, math.ceil(config.num_epochs * len(examples) / config.batch_size))
-    reporter.log(f"{len(examples)} turns from {sum(used.values())} rows ({dict(used)}), {steps} steps")
+    run.reporter.log(f"{len(examples)} turns from {sum(used.values())} rows ({dict(used)}), {steps} steps")
 
-    base = evaluate_base(loaded.model, tokenizer, settings, config, reporter)
-    started = time.monotonic()
-    trainer = sft_trainer(
-        config,
-        loaded.model,
-        tokenizer,
-        examples,
-        steps,
-        [trainer_callback(reporter), trainer_time_limit(config, started)],
+    run.start_training()
+    trainer = sft_trainer(config, run.policy.model, tokenizer, examples, steps, run.trainer_callbacks())
+    model, training, resumed = run.train(trainer)
+    return run.finish(
+        model, training, resumed, labels_used=sum(used.values()), turns=len(examples), sources=dict(used)
     )
-    training, resume = train_with_resume(trainer, config, reporter)
-    train_seconds = time.monotonic() - started
-    model = trained_model(trainer.accelerator, trainer.model)
-    metrics = final_metrics(model, tokenizer, settings, config, base, training, reporter)
-    summary = {
-        "metrics": metrics,
-        "labels_used": sum(used.values()),
-        "turns": len(examples),
-        "sources": dict(used),
-        "steps": trainer.state.global_step,
-        "train_seconds": train_seconds,
-        "output_dir": str(config.output_dir),
-        "resumed_from": resume,
-    }
-    save_trained_policy(model, tokenizer, settings, config, kind=KIND, metrics=metrics, summary=summary)
-    shutil.rmtree(checkpoint_dir(config.output_dir), ignore_errors=True)
-    return summary
 
 
 def sft_trainer(

@@ -10,6 +10,10 @@ from typing import Any, Protocol, runtime_checkable
 from reward_models.conversation import message_tool_calls
 from reward_models.policy.turns import Message, cut_prompt, render_prompt
 
+# A conversation's messages, and the tool schemas the chat template offers the model in it (or None).
+Conversation = Sequence[Message]
+Tools = Sequence[dict[str, Any]] | None
+
 
 @dataclass
 class Decision:
@@ -45,9 +49,9 @@ class Policy(Protocol):
 
     def act(
         self,
-        conversations: Sequence[Sequence[Message]],
+        conversations: Sequence[Conversation],
         *,
-        tools: Sequence[Sequence[dict[str, Any]] | None] | None = None,
+        tools: Sequence[Tools] | None = None,
         greedy: bool = True,
         temperature: float = 1.0,
         seed: int = 0,
@@ -57,7 +61,31 @@ class Policy(Protocol):
         ...
 
 
-class BatchedPolicy:
+class ConversationPolicy:
+    """The package's own policies' `act`: ``tools`` made one entry per conversation (None for each when it is not
+    given), then `_decide` on the batch, which a subclass implements."""
+
+    def act(
+        self,
+        conversations: Sequence[Conversation],
+        *,
+        tools: Sequence[Tools] | None = None,
+        greedy: bool = True,
+        temperature: float = 1.0,
+        seed: int = 0,
+    ) -> list[Decision]:
+        """`Policy.act`."""
+        offered = list(tools) if tools is not None else [None] * len(conversations)
+        return self._decide(conversations, offered, greedy, temperature, seed)
+
+    def _decide(
+        self, conversations: Sequence[Conversation], tools: list[Tools], greedy: bool, temperature: float, seed: int
+    ) -> list[Decision]:
+        """One decision per conversation, with `tools` holding one entry per conversation."""
+        raise NotImplementedError
+
+
+class BatchedPolicy(ConversationPolicy):
     """`act` for a local model's policies: each conversation rendered with the tokenizer's chat template and
     tokenized (cut to `max_prompt_tokens` by `turns.cut_prompt` when that is set), then `_generate` on `batch_size`
     prompts at a time, seeded by the batch's offset."""
@@ -66,18 +94,11 @@ class BatchedPolicy:
     batch_size: int
     max_prompt_tokens: int = 0
 
-    def act(
-        self,
-        conversations: Sequence[Sequence[Message]],
-        *,
-        tools: Sequence[Sequence[dict[str, Any]] | None] | None = None,
-        greedy: bool = True,
-        temperature: float = 1.0,
-        seed: int = 0,
+    def _decide(
+        self, conversations: Sequence[Conversation], tools: list[Tools], greedy: bool, temperature: float, seed: int
     ) -> list[Decision]:
         if not greedy and temperature <= 0:
             raise ValueError(f"temperature must be positive when sampling, got {temperature}")
-        tools = tools if tools is not None else [None] * len(conversations)
         rendered = [
             render_prompt(self.tokenizer, conversation, offered)
             for conversation, offered in zip(conversations, tools, strict=True)

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from reward_models.conversation import StepTurn, build_conversation
@@ -161,9 +162,6 @@ def main(config: BootstrapConfig, progress: Callable[[int, int], None] | None = 
 
 
 def _train(config: BootstrapConfig, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
-    import torch
-    from tqdm.auto import tqdm
-
     from reward_models.policy.local import LocalCausalLMPolicy
     from reward_models.policy.model import build_tiny_llama, save_policy
     from reward_models.policy.tokenizer import build_word_tokenizer
@@ -176,51 +174,18 @@ def _train(config: BootstrapConfig, progress: Callable[[int, int], None] | None)
     episodes, demo_success = demonstrations(env, config.n_episodes, config.noise, config.seed)
     input_ids, labels = _encode_demonstrations(tokenizer, episodes, config.history_window)
 
-    model = build_tiny_llama(
-        tokenizer,
-        hidden_size=config.hidden_size,
-        num_layers=config.num_layers,
-        num_heads=config.num_heads,
-        intermediate_size=config.intermediate_size,
-        seed=config.seed,
-    )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_cosine(config.warmup_steps, config.max_train_steps)
-    )
-    order = torch.Generator().manual_seed(config.seed)
-    permutation = torch.randperm(len(input_ids), generator=order)
-    cursor = 0
+    model = build_tiny_llama(tokenizer, **model_settings(config))
+    batches = _shuffled_batches(len(input_ids), config.batch_size, config.seed)
 
-    model.train()
-    losses: list[float] = []
-    stopped_by_time = False
-    train_started = time.monotonic()
-    bar = tqdm(total=config.max_train_steps, desc="bootstrap SFT", unit="step")
-    for step in range(config.max_train_steps):
-        if time.monotonic() - started > config.max_seconds:
-            stopped_by_time = True
-            break
-        if cursor + config.batch_size > len(permutation):
-            permutation, cursor = torch.randperm(len(input_ids), generator=order), 0
-        batch = permutation[cursor : cursor + config.batch_size]
-        cursor += config.batch_size
+    def step_loss(step: int) -> Any:
+        batch = next(batches)
         batch_ids = input_ids[batch]
-        loss = model(
+        return model(
             input_ids=batch_ids, attention_mask=batch_ids != tokenizer.pad_token_id, labels=labels[batch]
         ).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        bar.update()
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
-        if progress is not None:
-            progress(step + 1, config.max_train_steps)
-    bar.close()
-    train_seconds = time.monotonic() - train_started
+
+    run = train_steps(model, config, started, step_loss, desc="bootstrap SFT", progress=progress)
+    losses = run.losses
 
     output_dir = save_policy(
         model, tokenizer, config.output_dir, history_window=config.history_window, max_new_tokens=16
@@ -249,11 +214,89 @@ def _train(config: BootstrapConfig, progress: Callable[[int, int], None] | None)
         "train_examples": len(input_ids),
         "train_steps": len(losses),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "stopped_by_time": stopped_by_time,
-        "train_seconds": train_seconds,
-        "wall_seconds": time.monotonic() - started,
-        "config": asdict(config),
+        "stopped_by_time": run.stopped_by_time,
+        "train_seconds": run.seconds,
     }
+    return write_metrics(output_dir, config, started, metrics)
+
+
+def _shuffled_batches(count: int, batch_size: int, seed: int) -> Iterator[Any]:
+    """Endless batches of `batch_size` row indices out of `count`: seeded permutations of the rows, each read in
+    order until fewer rows than a batch are left, then the next."""
+    import torch
+
+    order = torch.Generator().manual_seed(seed)
+    permutation, cursor = torch.randperm(count, generator=order), 0
+    while True:
+        if cursor + batch_size > len(permutation):
+            permutation, cursor = torch.randperm(count, generator=order), 0
+        yield permutation[cursor : cursor + batch_size]
+        cursor += batch_size
+
+
+@dataclass
+class TrainingRun:
+    """What `train_steps` did: the loss of every optimiser step it took, whether `max_seconds` cut the schedule
+    short, and how many seconds training took."""
+
+    losses: list[float]
+    stopped_by_time: bool
+    seconds: float
+
+
+def train_steps(
+    model: Any,
+    config: Any,
+    started: float,
+    step_loss: Callable[[int], Any],
+    *,
+    desc: str,
+    progress: Callable[[int, int], None] | None,
+    betas: tuple[float, float] = (0.9, 0.999),
+    postfix: Callable[[int], dict[str, str]] = lambda step: {},
+    after_step: Callable[[int], None] = lambda step: None,
+) -> TrainingRun:
+    """How a bootstrap trains its model: `config.max_train_steps` AdamW steps (peak learning rate `config.lr`,
+    weight decay 0.01, `betas`) on the `warmup_cosine` schedule, each on the loss `step_loss(step)` gives, with the
+    gradients clipped to norm 1, stopping early once `config.max_seconds` have passed since `started`. A progress
+    bar named `desc` shows each step's loss and `postfix(step)`; after each step `after_step(step)` runs, then
+    `progress(done, total)`."""
+    import torch
+    from tqdm.auto import tqdm
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01, betas=betas)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, warmup_cosine(config.warmup_steps, config.max_train_steps)
+    )
+    model.train()
+    losses: list[float] = []
+    stopped_by_time = False
+    train_started = time.monotonic()
+    bar = tqdm(total=config.max_train_steps, desc=desc, unit="step")
+    for step in range(config.max_train_steps):
+        if time.monotonic() - started > config.max_seconds:
+            stopped_by_time = True
+            break
+        loss = step_loss(step)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        bar.update()
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", **postfix(step))
+        after_step(step)
+        if progress is not None:
+            progress(step + 1, config.max_train_steps)
+    bar.close()
+    return TrainingRun(losses, stopped_by_time, time.monotonic() - train_started)
+
+
+def write_metrics(output_dir: Path, config: Any, started: float, metrics: dict[str, Any]) -> dict[str, Any]:
+    """`metrics` with the run's ``wall_seconds`` (since `started`) and its ``config`` last, written to the policy
+    directory's ``metrics.json``."""
+    metrics = {**metrics, "wall_seconds": time.monotonic() - started, "config": asdict(config)}
     (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return metrics
 
@@ -300,6 +343,17 @@ def check_training_settings(config: Any) -> None:
         raise ValueError(f"max_seconds must be positive, got {config.max_seconds}")
     if config.eval_temperature <= 0:
         raise ValueError(f"eval_temperature must be positive, got {config.eval_temperature}")
+
+
+def model_settings(config: Any) -> dict[str, Any]:
+    """A bootstrap config's model size and seed, as `policy.model`'s tiny-model builders take them."""
+    return {
+        "hidden_size": config.hidden_size,
+        "num_layers": config.num_layers,
+        "num_heads": config.num_heads,
+        "intermediate_size": config.intermediate_size,
+        "seed": config.seed,
+    }
 
 
 def config_parser(config_class: type, description: str) -> argparse.ArgumentParser:

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from reward_models.policy.base import Decision
-from reward_models.policy.turns import Message
+from reward_models.policy.base import Conversation, ConversationPolicy, Decision, Tools
 
 
 class EndpointError(RuntimeError):
@@ -26,7 +25,7 @@ class EndpointUnavailable(ConnectionError):
     """The endpoint could not be reached or did not answer in time."""
 
 
-class OpenAIEndpointPolicy:
+class OpenAIEndpointPolicy(ConversationPolicy):
     """Each conversation is one ``POST {base_url}/chat/completions``; a batch runs ``max_workers`` at a time. The
     task's tools go with each request, and the assistant message comes back as the server sent it, its
     ``tool_calls`` included.
@@ -61,16 +60,9 @@ class OpenAIEndpointPolicy:
         self.max_tokens = max_tokens
         self.max_workers = max_workers
 
-    def act(
-        self,
-        conversations: Sequence[Sequence[Message]],
-        *,
-        tools: Sequence[Sequence[dict[str, Any]] | None] | None = None,
-        greedy: bool = True,
-        temperature: float = 1.0,
-        seed: int = 0,
+    def _decide(
+        self, conversations: Sequence[Conversation], tools: list[Tools], greedy: bool, temperature: float, seed: int
     ) -> list[Decision]:
-        tools = tools if tools is not None else [None] * len(conversations)
         requests = []
         for index, (conversation, offered) in enumerate(zip(conversations, tools, strict=True)):
             request = {

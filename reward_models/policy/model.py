@@ -31,17 +31,15 @@ def build_tiny_llama(
     """A freshly initialised Llama sized for ``tokenizer`` (defaults: ~0.5M parameters)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
+    config = _sized_config(
+        LlamaConfig,
+        tokenizer,
         hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
         intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
         max_position_embeddings=max_positions,
-        pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=False,
     )
     return _initialised(LlamaForCausalLM, config, seed)
@@ -60,20 +58,43 @@ def build_tiny_qwen2(
     identity), sized for ``tokenizer``, for chat models with a Qwen2.5 template."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(
+    config = _sized_config(
+        Qwen2Config,
+        tokenizer,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+    )
+    return _initialised(Qwen2ForCausalLM, config, seed)
+
+
+def _sized_config(
+    config_class: type,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    intermediate_size: int,
+    **settings: Any,
+) -> Any:
+    """A `config_class` model config sized for `tokenizer` (its vocabulary, and its padding and end-of-sequence
+    tokens), with as many key-value heads as attention heads, and the model's own `settings`."""
+    return config_class(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_heads,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
+        **settings,
     )
-    return _initialised(Qwen2ForCausalLM, config, seed)
 
 
 def _initialised(model_class: type, config: Any, seed: int) -> Any:

@@ -52,7 +52,14 @@ from typing import Any
 from reward_models.envs.base import task_tools
 from reward_models.envs.toolshop import ToolShop
 from reward_models.envs.toolshop_catalogue import DIFFICULTIES, ITEM_IDS, vocabulary_corpus
-from reward_models.policy.bootstrap import check_training_settings, config_parser, torch_threads, warmup_cosine
+from reward_models.policy.bootstrap import (
+    check_training_settings,
+    config_parser,
+    model_settings,
+    torch_threads,
+    train_steps,
+    write_metrics,
+)
 from reward_models.policy.tool_training_data import (
     copy_drill_rows,
     demonstrations,
@@ -171,14 +178,7 @@ def build_tool_policy_model(tokenizer: Any, config: ToolBootstrapConfig) -> Any:
     """A freshly initialised Qwen2 with tied embeddings, sized by ``config``."""
     from reward_models.policy.model import build_tiny_qwen2
 
-    return build_tiny_qwen2(
-        tokenizer,
-        hidden_size=config.hidden_size,
-        num_layers=config.num_layers,
-        num_heads=config.num_heads,
-        intermediate_size=config.intermediate_size,
-        seed=config.seed,
-    )
+    return build_tiny_qwen2(tokenizer, **model_settings(config))
 
 
 def shipped_metrics() -> dict[str, Any] | None:
@@ -210,7 +210,6 @@ def main(config: ToolBootstrapConfig, progress: Callable[[int, int], None] | Non
 
 
 def _train(config: ToolBootstrapConfig, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
-    import torch
     from tqdm.auto import tqdm
 
     from reward_models.policy.chat_format import build_bpe_tokenizer, render_chat
@@ -229,10 +228,6 @@ def _train(config: ToolBootstrapConfig, progress: Callable[[int, int], None] | N
     demo_seconds = time.monotonic() - started
 
     model = build_tool_policy_model(tokenizer, config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_cosine(config.warmup_steps, config.max_train_steps)
-    )
     order = random.Random(config.seed)
     demo_batches = _batches([len(ids) for ids, _ in demo_rows], config.batch_size, order)
     drill_batches = _batches([len(ids) for ids, _ in drill_rows], config.copy_drill_batch_size, order)
@@ -240,40 +235,33 @@ def _train(config: ToolBootstrapConfig, progress: Callable[[int, int], None] | N
     evaluate = partial(_evaluate, model, tokenizer, config)
     curve: list[dict[str, float]] = []
 
-    model.train()
-    losses: list[float] = []
-    demo_losses: list[float] = []
-    stopped_by_time = False
-    train_started = time.monotonic()
-    bar = tqdm(total=config.max_train_steps, desc="toolshop SFT", unit="step")
-    for step in range(config.max_train_steps):
-        if time.monotonic() - started > config.max_seconds:
-            stopped_by_time = True
-            break
+    def step_loss(step: int) -> Any:
         drill = config.is_drill_step(step)
         rows = drill_rows if drill else demo_rows
         batch = next(drill_batches if drill else demo_batches)
         input_ids, labels, attention_mask = _collate([rows[i] for i in batch], tokenizer.pad_token_id)
-        loss = assistant_loss(model, input_ids, labels, attention_mask)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        if not drill:
-            demo_losses.append(losses[-1])
-        bar.update()
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", kind="drill" if drill else "demo")
+        return assistant_loss(model, input_ids, labels, attention_mask)
+
+    def curve_point(step: int) -> None:
         if config.curve_every and (step + 1) % config.curve_every == 0 and step + 1 < config.max_train_steps:
             point = evaluate(eval_seeds[: config.curve_tasks], greedy=True)
             curve.append({"step": step + 1, "greedy_success": point["success_rate"], "stderr": point["stderr"]})
-            bar.write(json.dumps(curve[-1]))
+            tqdm.write(json.dumps(curve[-1]))
             model.train()
-        if progress is not None:
-            progress(step + 1, config.max_train_steps)
-    bar.close()
-    train_seconds = time.monotonic() - train_started
+
+    run = train_steps(
+        model,
+        config,
+        started,
+        step_loss,
+        desc="toolshop SFT",
+        progress=progress,
+        betas=(0.9, 0.98),
+        postfix=lambda step: {"kind": "drill" if config.is_drill_step(step) else "demo"},
+        after_step=curve_point,
+    )
+    losses = run.losses
+    demo_losses = [loss for step, loss in enumerate(losses) if not config.is_drill_step(step)]
 
     model.eval()
     output_dir = save_policy(
@@ -298,15 +286,12 @@ def _train(config: ToolBootstrapConfig, progress: Callable[[int, int], None] | N
         "drill_steps": sum(config.is_drill_step(step) for step in range(len(losses))),
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),
-        "stopped_by_time": stopped_by_time,
+        "stopped_by_time": run.stopped_by_time,
         "demo_seconds": demo_seconds,
-        "train_seconds": train_seconds,
+        "train_seconds": run.seconds,
         "eval_seconds": time.monotonic() - eval_started,
-        "wall_seconds": time.monotonic() - started,
-        "config": asdict(config),
     }
-    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    return metrics
+    return write_metrics(output_dir, config, started, metrics)
 
 
 def _copy_shipped(config: ToolBootstrapConfig, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
@@ -338,11 +323,8 @@ def _copy_shipped(config: ToolBootstrapConfig, progress: Callable[[int, int], No
         "eval_tasks": config.eval_tasks,
         "train_seconds": 0.0,
         "eval_seconds": time.monotonic() - eval_started,
-        "wall_seconds": time.monotonic() - started,
-        "config": asdict(config),
     }
-    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    return metrics
+    return write_metrics(output_dir, config, started, metrics)
 
 
 def _success_metrics(greedy: dict[str, Any], sampled: dict[str, Any]) -> dict[str, Any]:
