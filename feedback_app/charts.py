@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import TypedDict, Unpack
 
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
@@ -35,21 +36,25 @@ MAX_DOTS = 80
 LONGEST_CATEGORY = 24
 
 
-def line_chart(
-    series: dict[str, Sequence[tuple[float, float]]],
-    *,
-    title: str = "",
-    x_label: str = "",
-    y_label: str = "",
-    width: int = 640,
-    height: int = 240,
-) -> SafeString:
+class Layout(TypedDict, total=False):
+    """The keywords `line_chart` and `bar_chart` take: a `title` over the chart, `x_label` and `y_label` along its
+    axes (none unless given), and its `width` and `height` in SVG units (640 by 240 unless given; the SVG scales to
+    its container)."""
+
+    title: str
+    x_label: str
+    y_label: str
+    width: int
+    height: int
+
+
+def line_chart(series: dict[str, Sequence[tuple[float, float]]], **layout: Unpack[Layout]) -> SafeString:
     """One polyline per series over numeric x. Points that are not finite numbers are left out; a series with one
     point is a dot; no points at all gives a frame that says "No data"."""
     clean = {str(name): _finite_points(points) for name, points in series.items()}
     xs = [x for points in clean.values() for x, _ in points]
     ys = [y for points in clean.values() for _, y in points]
-    frame = _Frame(width, height, title, list(clean), x_label, y_label)
+    frame = _Frame(list(clean), **layout)
     if not xs:
         return frame.render(frame.empty())
     x_ticks, (x_lo, x_hi) = nice_ticks(min(xs), max(xs))
@@ -78,15 +83,7 @@ def line_chart(
 
 
 def bar_chart(
-    categories: Sequence[str],
-    series: dict[str, Sequence[float]],
-    *,
-    stacked: bool = True,
-    title: str = "",
-    x_label: str = "",
-    y_label: str = "",
-    width: int = 640,
-    height: int = 240,
+    categories: Sequence[str], series: dict[str, Sequence[float]], *, stacked: bool = True, **layout: Unpack[Layout]
 ) -> SafeString:
     """Bars per category, one colour per series, stacked or side by side. Every series has one value per category
     (ValueError naming the series otherwise); a value that is not a finite number counts as 0. Stacks grow up from
@@ -97,7 +94,7 @@ def bar_chart(
         if len(row) != len(categories):
             raise ValueError(f"series {name!r}: {len(row)} values for {len(categories)} categories")
         values[str(name)] = [float(v) if _is_finite(v) else 0.0 for v in row]
-    frame = _Frame(width, height, title, list(values), x_label, y_label)
+    frame = _Frame(list(values), **layout)
     if not categories or not values:
         return frame.render(frame.empty())
 
@@ -153,7 +150,7 @@ def interval_chart(
     rows = [(str(label), float(v), float(lo), float(hi)) for label, v, lo, hi in rows if _is_finite(v)]
     row_height = 24
     label_width = min(200, 16 + CHAR_WIDTH * max((len(label) for label, *_ in rows), default=4))
-    frame = _Frame(width, 0, title, [""], x_label, "")
+    frame = _Frame([""], title=title, x_label=x_label, width=width, height=0)
     frame.height = int(frame.top + row_height * max(len(rows), 1) + (42 if x_label else 26))
     frame.bottom = frame.height - (42 if x_label else 26)
     frame.left = label_width
@@ -201,7 +198,17 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> tuple[list[float], tuple
 class _Frame:
     """The chart's box: title and legend on top, the y axis on the left, the x axis below."""
 
-    def __init__(self, width: int, height: int, title: str, names: list[str], x_label: str, y_label: str):
+    def __init__(
+        self,
+        names: list[str],
+        *,
+        title: str = "",
+        x_label: str = "",
+        y_label: str = "",
+        width: int = 640,
+        height: int = 240,
+    ):
+        """A frame for the series `names` (a legend entry each), laid out by the `Layout` keywords."""
         self.width, self.height = int(width), int(height)
         self.title, self.names, self.x_label, self.y_label = str(title), names, str(x_label), str(y_label)
         self.legend = self._legend_layout()

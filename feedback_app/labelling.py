@@ -25,22 +25,19 @@ from feedback_app.label_store import (
     step_of,
     store,
 )
-from feedback_app.models import (
-    Assignment,
+from feedback_app.models import Assignment, Trajectory
+from feedback_app.models.labels import (
     Comparison,
+    ComparisonChoice,
     Critique,
     Intervention,
-    LabelKind,
-    Rating,
-    StepLabel,
-    Trajectory,
-)
-from feedback_app.models.labels import (
-    ComparisonChoice,
     InterventionStatus,
     LabelBase,
+    LabelKind,
+    Rating,
     SpanField,
     StaleRevision,
+    StepLabel,
     StepLabelValue,
 )
 from feedback_app.models.queue import AssignmentStatus

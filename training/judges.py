@@ -33,14 +33,14 @@ from feedback_app.models import (
     TrainingRun,
 )
 from feedback_app.models.locations import LocationError, check_model_path
-from feedback_app.models.trajectories import PolicyKind
 from reward_models import critic_lm, prm, value
 from reward_models.common.artifacts import CHECKPOINT_DIR
-from reward_models.common.config import ConfigError, config_errors, config_from_dict
+from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.finetune import preference_model
 from reward_models.reward import train as reward_pipeline
 from reward_models.reward.config import RewardConfig
-from training import data_checks
+from training import data_checks, launch_checks
+from training.launch_checks import LaunchError, default_base_policy
 from training.runs import RunRecorder
 
 # Settings Tandem fills in itself from the run; a launch may not set them.
@@ -79,21 +79,8 @@ PIPELINES: dict[str, Pipeline] = {
 JUDGE_RUN_KINDS = tuple(PIPELINES)
 
 
-class LaunchError(ValueError):
-    """A judge run that cannot start. `errors` maps each bad field (``config.<name>`` for a setting) to the reason."""
-
-    def __init__(self, errors: Mapping[str, str]) -> None:
-        self.errors = dict(errors)
-        super().__init__("; ".join(f"{name}: {reason}" for name, reason in self.errors.items()))
-
-
 def run_output_dir(run: TrainingRun) -> Path:
     return Path(settings.ARTIFACT_ROOT) / "models" / str(run.project_id) / f"{run.kind}-run-{run.pk}"
-
-
-def default_base_policy(project: Project) -> PolicyVersion | None:
-    """The project's newest policy with local weights: the base a judge model starts from when none is named."""
-    return project.policy_versions.filter(kind=PolicyKind.LOCAL).order_by("-created_at", "-id").first()
 
 
 def judge_config(run: TrainingRun) -> Any:
@@ -121,9 +108,16 @@ def judge_config_values(run: TrainingRun) -> dict[str, Any]:
     except LocationError as exc:
         raise ConfigError("base_model", str(exc)) from None
     values["output_dir"] = str(run_output_dir(run))
-    for setting, model_id in (run.inputs.get("judges") or {}).items():
-        values[setting] = RegisteredModel.objects.get(pk=model_id, project=run.project).path
+    values.update(judge_model_paths(run))
     return values
+
+
+def judge_model_paths(run: TrainingRun) -> dict[str, str]:
+    """The directory of each registered judge model `run` uses, by the config setting it fills in."""
+    return {
+        setting: RegisteredModel.objects.get(pk=model_id, project=run.project).path
+        for setting, model_id in (run.inputs.get("judges") or {}).items()
+    }
 
 
 def create_judge_run(
@@ -146,76 +140,61 @@ def create_judge_run(
         raise LaunchError({"kind": f"not a judge-model kind; the kinds are {', '.join(JUDGE_RUN_KINDS)}"})
     if snapshot is None:
         errors["snapshot"] = "a judge model trains on a dataset snapshot; make one from an export first"
-    elif snapshot.project_id != project.pk:
-        errors["snapshot"] = "belongs to another project"
-    elif snapshot.export_kind not in pipeline.export_kinds:
-        errors["snapshot"] = (
-            f"is a {snapshot.export_kind} export; a {kind} run reads {' or '.join(pipeline.export_kinds)}"
-        )
+    elif problem := launch_checks.snapshot_error(snapshot, project, kind, pipeline.export_kinds):
+        errors["snapshot"] = problem
     if base_policy is not None and base_model:
         errors["base_model"] = "give a base policy or a base model directory, not both"
     if base_policy is None and not base_model:
         base_policy = default_base_policy(project)
         if base_policy is None:
             errors["base_policy"] = "the project has no policy with local weights; name a base model directory"
-    if base_policy is not None:
-        if base_policy.project_id != project.pk:
-            errors["base_policy"] = "belongs to another project"
-        elif base_policy.kind != PolicyKind.LOCAL:
-            errors["base_policy"] = f"is a {base_policy.kind} policy; a judge model needs local weights"
-        elif location := base_policy.location_errors():
-            errors["base_policy"] = location["weights_path"]
+    if base_policy is not None and (
+        problem := launch_checks.base_policy_error(base_policy, project, "a judge model needs local weights")
+    ):
+        errors["base_policy"] = problem
     if base_model:
         try:
             check_model_path(project.pk, base_model)
         except LocationError as exc:
             errors["base_model"] = str(exc)
-    name = (config or {}).get("name")
-    if name is not None:
-        if not isinstance(name, str) or not name.strip() or len(name) > 120:
-            errors["config.name"] = "must be text of 1 to 120 characters"
-        elif RegisteredModel.objects.filter(project=project, name=name).exists():
-            errors["config.name"] = f"the project already has a registered model named {name!r}"
+    if problem := launch_checks.name_error(config, project.registered_models, "registered model"):
+        errors["config.name"] = problem
     judge_ids: dict[str, int] = {}
     allowed_judges = pipeline.judge_inputs or {}
     for setting, model in (judges or {}).items():
         if setting not in allowed_judges:
             errors[f"judges.{setting}"] = f"a {kind} run takes no {setting!r} judge model"
-        elif model.project_id != project.pk:
-            errors[f"judges.{setting}"] = "belongs to another project"
-        elif model.kind != allowed_judges[setting]:
-            errors[f"judges.{setting}"] = f"is a {model.kind}, not a {allowed_judges[setting]}"
+        elif problem := launch_checks.judge_model_error(model, project, (allowed_judges[setting],)):
+            errors[f"judges.{setting}"] = problem
         else:
             judge_ids[setting] = model.pk
     inputs: dict[str, Any] = {"judges": judge_ids}
     if base_model and "base_model" not in errors:
         inputs["base_model"] = base_model
-    run = TrainingRun(
-        project=project,
-        kind=kind,
-        config=dict(config or {}),
-        snapshot=None if "snapshot" in errors else snapshot,
-        base_policy=None if "base_policy" in errors else base_policy,
+    run = launch_checks.unsaved_run(
+        project,
+        kind,
+        config=config,
+        snapshot=snapshot,
+        base_policy=base_policy,
         inputs=inputs,
         created_by=created_by,
+        errors=errors,
     )
     pipeline_config = _checked_config(run, pipeline, errors)
     if pipeline_config is not None:
-        rows = _checked_rows(run, pipeline, pipeline_config, errors)
+        rows = data_checks.checked_rows(run.snapshot, pipeline.row_problems, pipeline_config, errors)
         if rows is not None:
             inputs["data"] = {"rows": len(rows)}
             if warning := data_checks.small_data_warning(len(rows), pipeline_config.batch_size, "rows"):
                 inputs["data"]["warning"] = warning
-    if errors:
-        raise LaunchError(errors)
-    run.save()
-    return run
+    return launch_checks.stored(run, errors)
 
 
 def _checked_config(run: TrainingRun, pipeline: Pipeline, errors: dict[str, str]) -> Any:
-    """The pipeline config of a run being launched, or None with every bad setting added to `errors` (under the name
-    of the form input it comes from) beside the errors of the other inputs."""
-    config_class = pipeline.config_class
+    """The pipeline config of a run being launched, or None with its errors added to `errors`. A base model that
+    cannot be filled in is put to the input it comes from: the model directory the launch named, else the base
+    policy; a setting Tandem fills in that the config sets by hand is put to that setting."""
     try:
         values = judge_config_values(run)
     except ConfigError as exc:  # a setting Tandem fills in, set by hand; or the base's weights are gone
@@ -224,44 +203,24 @@ def _checked_config(run: TrainingRun, pipeline: Pipeline, errors: dict[str, str]
         else:
             errors.setdefault(f"config.{exc.field}", exc.reason)
         return None
-    found = config_errors(config_class, values)
-    for field_name, reason in found.items():
-        name = _input_name(field_name, pipeline)
-        if name == "base_policy" and "base_model" in errors:
-            continue  # the base model directory named instead is wrong, and says so
-        errors.setdefault(name, reason)
-    return None if found or errors else config_from_dict(config_class, values)
+    return launch_checks.checked_config(
+        pipeline.config_class, values, lambda field_name: _input_name(field_name, pipeline, errors), errors
+    )
 
 
-def _input_name(field_name: str, pipeline: Pipeline) -> str:
-    """The launch input a pipeline setting comes from."""
+def _input_name(field_name: str, pipeline: Pipeline, errors: Mapping[str, str]) -> str:
+    """The launch input a pipeline setting comes from: the base model comes from the base policy, unless the
+    launch named a model directory instead that was refused (its error already says what is wrong)."""
     if field_name in (pipeline.judge_inputs or {}):
         return f"judges.{field_name}"
     if field_name == "base_model":
-        return "base_policy"
+        return "base_model" if "base_model" in errors else "base_policy"
     return "snapshot" if field_name == "data_path" else f"config.{field_name}"
-
-
-def _checked_rows(run: TrainingRun, pipeline: Pipeline, config: Any, errors: dict[str, str]) -> list | None:
-    """The snapshot's rows, or None with the reason the pipeline's own row check would refuse them in `errors`."""
-    try:
-        rows = data_checks.snapshot_rows(run.snapshot)
-    except ConfigError as exc:
-        errors["snapshot"] = data_checks.read_error(exc)
-        return None
-    if problem := data_checks.row_errors(run.snapshot, rows, pipeline.row_problems, config):
-        errors["snapshot"] = problem
-        return None
-    return rows
 
 
 def run_judge(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
     """The Celery task's body: verify the snapshot, train, register."""
-    if not run.snapshot.verify():
-        raise RuntimeError(
-            f"snapshot {run.snapshot.name!r}: the file {run.snapshot.file} no longer matches its hash "
-            f"{run.snapshot.content_hash[:12]}; refusing to train on changed data"
-        )
+    data_checks.check_unchanged(run.snapshot)
     pipeline = PIPELINES[run.kind]
     main = pipeline.main
     config = judge_config(run)

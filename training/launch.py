@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from feedback_app.models import RunStatus, TrainingRun
 from training.bootstrap import bootstrap_in_process
-from training.judges import JUDGE_RUN_KINDS, PIPELINES, LaunchError, create_judge_run
+from training.judges import JUDGE_RUN_KINDS, PIPELINES, create_judge_run
 from training.judges import MANAGED_SETTINGS as JUDGE_MANAGED_SETTINGS
+from training.launch_checks import LaunchError
 from training.policy_runs import MANAGED_SETTINGS as POLICY_MANAGED_SETTINGS
 from training.policy_runs import POLICY_RUN_KINDS, TRAINERS, create_policy_run
 from training.rollouts import RolloutConfig, create_rollout_run, run_rollout

@@ -40,10 +40,11 @@ from feedback_app.models import (
 from feedback_app.models.locations import LocationError
 from feedback_app.models.trajectories import PolicyKind, TaskSplit
 from reward_models.common.artifacts import CHECKPOINT_DIR
-from reward_models.common.config import ConfigError, config_errors, config_from_dict
+from reward_models.common.config import ConfigError, config_from_dict
 from reward_models.finetune import dpo, grpo, kto, nash, ppo, ppo_config, sft
-from training import data_checks
-from training.judges import LaunchError, default_base_policy, json_safe
+from training import data_checks, launch_checks
+from training.judges import json_safe, judge_model_paths
+from training.launch_checks import LaunchError, default_base_policy
 from training.rollouts import RolloutConfig, create_rollout_run
 from training.runs import RunRecorder
 
@@ -177,8 +178,7 @@ def policy_config_values(run: TrainingRun) -> dict[str, Any]:
         values["data_path"] = str(run.snapshot.file)
         values["snapshot_hash"] = run.snapshot.content_hash
         values.update(trainer.export_kinds.get(run.snapshot.export_kind) or {})
-    for setting, model_id in (run.inputs.get("judges") or {}).items():
-        values[setting] = RegisteredModel.objects.get(pk=model_id, project=run.project).path
+    values.update(judge_model_paths(run))
     return values
 
 
@@ -203,23 +203,15 @@ def create_policy_run(
         base_policy = default_base_policy(project)
         if base_policy is None:
             errors["base_policy"] = "the project has no policy with local weights to fine-tune"
-    elif base_policy.project_id != project.pk:
-        errors["base_policy"] = "belongs to another project"
-    elif base_policy.kind != PolicyKind.LOCAL:
-        errors["base_policy"] = f"is a {base_policy.kind} policy; fine-tuning needs local weights"
-    elif location := base_policy.location_errors():
-        errors["base_policy"] = location["weights_path"]
+    elif problem := launch_checks.base_policy_error(base_policy, project, "fine-tuning needs local weights"):
+        errors["base_policy"] = problem
     if trainer.export_kinds:
         if snapshot is None:
             errors["snapshot"] = (
                 f"a {kind} run learns from a {' or '.join(trainer.export_kinds)} snapshot; make one from an export"
             )
-        elif snapshot.project_id != project.pk:
-            errors["snapshot"] = "belongs to another project"
-        elif snapshot.export_kind not in trainer.export_kinds:
-            errors["snapshot"] = (
-                f"is a {snapshot.export_kind} export; a {kind} run reads {' or '.join(trainer.export_kinds)}"
-            )
+        elif problem := launch_checks.snapshot_error(snapshot, project, kind, trainer.export_kinds):
+            errors["snapshot"] = problem
     elif snapshot is not None:
         errors["snapshot"] = f"a {kind} run learns online from its judge models; it takes no snapshot"
     judge_ids: dict[str, int] = {}
@@ -228,10 +220,8 @@ def create_policy_run(
         if wanted is None:
             takes = ", ".join(trainer.judge_inputs) or "none"
             errors[f"judges.{setting}"] = f"a {kind} run takes no {setting!r} judge model (it takes: {takes})"
-        elif model.project_id != project.pk:
-            errors[f"judges.{setting}"] = "belongs to another project"
-        elif model.kind not in wanted:
-            errors[f"judges.{setting}"] = f"is a {model.kind}, not a {' or '.join(wanted)}"
+        elif problem := launch_checks.judge_model_error(model, project, wanted):
+            errors[f"judges.{setting}"] = problem
         else:
             judge_ids[setting] = model.pk
     for setting in trainer.required_judges:
@@ -239,48 +229,44 @@ def create_policy_run(
             errors[f"judges.{setting}"] = (
                 f"a {kind} run needs a registered {' or '.join(trainer.judge_inputs[setting])}"
             )
-    name = (config or {}).get("name")
-    if name is not None:
-        if not isinstance(name, str) or not name.strip() or len(name) > 120:
-            errors["config.name"] = "must be text of 1 to 120 characters"
-        elif PolicyVersion.objects.filter(project=project, name=name).exists():
-            errors["config.name"] = f"the project already has a policy version named {name!r}"
+    if problem := launch_checks.name_error(config, project.policy_versions, "policy version"):
+        errors["config.name"] = problem
     try:
         options = ReviewOptions.from_dict(review or {})
     except LaunchError as exc:
         errors.update(exc.errors)
         options = None
-    run = TrainingRun(
-        project=project,
-        kind=kind,
-        config=dict(config or {}),
-        snapshot=None if "snapshot" in errors else snapshot,
-        base_policy=None if "base_policy" in errors else base_policy,
+    run = launch_checks.unsaved_run(
+        project,
+        kind,
+        config=config,
+        snapshot=snapshot,
+        base_policy=base_policy,
         inputs={"judges": judge_ids},
         created_by=created_by,
+        errors=errors,
     )
     trainer_config = _checked_config(run, trainer, errors)
     data = _data(run, trainer, trainer_config, errors) if trainer_config is not None and snapshot else {}
-    if errors:
-        raise LaunchError(errors)
-    run.inputs = {"judges": judge_ids, "review": asdict(options), **({"data": data} if data else {})}
-    run.save()
-    return run
+    if options is not None:  # None: refused, and named in `errors`
+        run.inputs["review"] = asdict(options)
+    if data:
+        run.inputs["data"] = data
+    return launch_checks.stored(run, errors)
 
 
 def _checked_config(run: TrainingRun, trainer: Trainer, errors: dict[str, str]) -> Any:
-    """The trainer config of a run being launched, or None with every bad setting added to `errors` (under the name
-    of the form input it comes from) beside the errors of the other inputs."""
-    config_class = trainer.config_class
+    """The trainer config of a run being launched, or None with its errors added to `errors`. Base policy weights
+    that are gone are put to the base policy; a setting Tandem fills in that the config sets by hand is put to that
+    setting."""
     try:
         values = policy_config_values(run)
     except ConfigError as exc:  # a setting Tandem fills in, set by hand; or the base policy's weights are gone
         errors.setdefault("base_policy" if exc.field == "base_policy" else f"config.{exc.field}", exc.reason)
         return None
-    found = config_errors(config_class, values)
-    for field_name, reason in found.items():
-        errors.setdefault(_input_name(field_name, trainer), reason)
-    return None if found or errors else config_from_dict(config_class, values)
+    return launch_checks.checked_config(
+        trainer.config_class, values, lambda field_name: _input_name(field_name, trainer), errors
+    )
 
 
 def _input_name(field_name: str, trainer: Trainer) -> str:
@@ -295,13 +281,8 @@ def _input_name(field_name: str, trainer: Trainer) -> str:
 def _data(run: TrainingRun, trainer: Trainer, config: Any, errors: dict[str, str]) -> dict[str, Any]:
     """The snapshot's rows checked by the trainer's own check, and what the run would train on: ``rows`` and, for
     DPO, the pair counts it reports, with a ``warning`` when they make less than a batch."""
-    try:
-        rows = data_checks.snapshot_rows(run.snapshot)
-    except ConfigError as exc:
-        errors["snapshot"] = data_checks.read_error(exc)
-        return {}
-    if problem := data_checks.row_errors(run.snapshot, rows, trainer.row_problems, config):
-        errors["snapshot"] = problem
+    rows = data_checks.checked_rows(run.snapshot, trainer.row_problems, config, errors)
+    if rows is None:
         return {}
     data: dict[str, Any] = {"rows": len(rows)}
     # DPO is the trainer that leaves rows out by its settings (ties, balance), and whose batches are of rows; SFT and
@@ -319,11 +300,8 @@ def _data(run: TrainingRun, trainer: Trainer, config: Any, errors: dict[str, str
 def run_policy_training(run: TrainingRun, recorder: RunRecorder) -> dict[str, Any]:
     """The Celery task's body: verify the snapshot, train, register the new version and create its review rollout
     run (`training.tasks.train_policy` sends it to the worker)."""
-    if run.snapshot is not None and not run.snapshot.verify():
-        raise RuntimeError(
-            f"snapshot {run.snapshot.name!r}: the file {run.snapshot.file} no longer matches its hash "
-            f"{run.snapshot.content_hash[:12]}; refusing to train on changed data"
-        )
+    if run.snapshot is not None:
+        data_checks.check_unchanged(run.snapshot)
     main = TRAINERS[run.kind].main
     config = policy_config(run)
     TrainingRun.objects.filter(pk=run.pk).update(artifact_dir=config.output_dir)

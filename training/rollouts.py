@@ -33,6 +33,7 @@ from training.policies import policy_for
 from training.runs import RunRecorder
 from training.selection import (
     NEEDS_REWARD_MODEL,
+    SelectionOptions,
     member_rewards,
     newest_reward_model,
     queue_selection,
@@ -148,9 +149,9 @@ def queue_for_labels(run: TrainingRun, config: RolloutConfig, recorder: RunRecor
         if "queued" in locked.inputs:
             recorder.log("this run's labelling items were queued by an earlier attempt")
             return locked.inputs["queued"]
-        options = {"rng": random.Random(config.seed), "log": recorder.log, "scores": scores}
-        pairs = queue_selection(run.project, trajectories, config.queue_comparisons, **options)
-        steps = queue_step_reviews(run.project, trajectories, config.queue_step_labels, **options)
+        options = SelectionOptions(rng=random.Random(config.seed), log=recorder.log, scores=scores)
+        pairs = queue_selection(run.project, trajectories, config.queue_comparisons, options)
+        steps = queue_step_reviews(run.project, trajectories, config.queue_step_labels, options)
         queued = {
             "project_strategy": strategy,
             "comparisons": len(pairs.items),

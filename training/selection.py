@@ -217,6 +217,22 @@ def _load_reward_model(path: str, device: str | None) -> RewardModel:
 # --- queueing ----------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SelectionOptions:
+    """How `queue_selection` and `queue_step_reviews` choose and queue, where the project's settings are not enough:
+    another `strategy` than the project's; the reward model to score with (`scorer`; default: the project's newest),
+    or the `scores` it gave beforehand (each trajectory's member rewards by id, `member_rewards`: a caller that queues
+    in a transaction scores outside it); the random source (`rng`; default: one seeded with 0 per call); the items'
+    `priority`; and where the notes on any fallback are logged (`log`; default: this module's logger)."""
+
+    strategy: str | None = None
+    scorer: Scorer | None = None
+    rng: random.Random | None = None
+    priority: int = 0
+    log: Callable[[str], None] | None = None
+    scores: dict[int, list[float]] | None = None
+
+
 @dataclass
 class Queued:
     """What `queue_selection` and `queue_step_reviews` queued, by the strategy that really chose each item, and why
@@ -231,88 +247,78 @@ class Queued:
             counts[item.query_strategy] = counts.get(item.query_strategy, 0) + 1
         return counts
 
+    def note(self, line: str, options: SelectionOptions) -> None:
+        """Keep and log why another strategy than the one asked for chose the items."""
+        self.notes.append(line)
+        (options.log or logger.info)(line)
+
 
 def queue_selection(
-    project: Project,
-    trajectories: Sequence[Trajectory],
-    budget: int,
-    *,
-    strategy: str | None = None,
-    scorer: Scorer | None = None,
-    rng: random.Random | None = None,
-    priority: int = 0,
-    log: Callable[[str], None] | None = None,
-    scores: dict[int, list[float]] | None = None,
+    project: Project, trajectories: Sequence[Trajectory], budget: int, options: SelectionOptions | None = None
 ) -> Queued:
     """Queue up to `budget` comparisons among `trajectories` (pairs of one task) chosen by the project's strategy
-    (or `strategy=`), scoring with the project's newest reward model (or `scorer=`), or reading `scores` (each
-    trajectory's member rewards by id, `member_rewards`, computed beforehand: a caller that queues in a transaction
-    scores outside it). Every item records the strategy that really chose it; the result also holds the notes on
-    any fallback, which are logged through `log` too (default: this module's logger)."""
-    strategy = strategy or project.query_strategy
+    and scored with its newest reward model, unless `options` say otherwise. Every item records the strategy that
+    really chose it; the result also holds the notes on any fallback, which are logged too."""
+    options = options or SelectionOptions()
+    strategy = options.strategy or project.query_strategy
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if budget < 0:
         raise ValueError(f"budget must be at least 0, got {budget}")
-    rng = rng or random.Random(0)
+    rng = options.rng or random.Random(0)
     result = Queued()
-
-    def note(line: str) -> None:
-        result.notes.append(line)
-        (log or logger.info)(line)
-
     trajectories = _with_versions(trajectories)
     candidates = candidate_pairs(project, trajectories)
     used, rewards = strategy, None
     if strategy in NEEDS_REWARD_MODEL:
-        rewards = _rewards(project, [t for pair in candidates for t in pair], scorer, scores)
+        rewards = _rewards(project, [t for pair in candidates for t in pair], options)
         if rewards is None:
             used = QueryStrategy.RANDOM
-            note(f"the project has no reward model yet: {strategy} selection fell back to random")
+            result.note(f"the project has no reward model yet: {strategy} selection fell back to random", options)
         elif candidates:
             one_member = len(next(iter(rewards.values()))) < 2
             if strategy == QueryStrategy.DISAGREEMENT and one_member:
                 used = QueryStrategy.UNCERTAINTY
-                note("the reward model has one member, so no disagreement to measure: ranked by uncertainty")
+                result.note(
+                    "the reward model has one member, so no disagreement to measure: ranked by uncertainty", options
+                )
     if used == QueryStrategy.NEW_VS_PARENT:
         partners = parent_trajectories(trajectories)
         chosen = _select(candidate_pairs(project, [*trajectories, *partners]), budget, used, None, rng)
-        result.items += QueueItem.objects.enqueue_comparisons(project, chosen, priority=priority, query_strategy=used)
+        result.items += QueueItem.objects.enqueue_comparisons(
+            project, chosen, priority=options.priority, query_strategy=used
+        )
         left = budget - len(result.items)
         if left > 0:
             taken = {_key(pair) for pair in chosen}
             rest = [pair for pair in candidates if _key(pair) not in taken]
             filler = _select(rest, left, QueryStrategy.RANDOM, None, rng)
             if filler:
-                note(f"only {len(chosen)} new-against-parent pairs: {len(filler)} random pairs fill the budget")
+                result.note(
+                    f"only {len(chosen)} new-against-parent pairs: {len(filler)} random pairs fill the budget", options
+                )
             result.items += QueueItem.objects.enqueue_comparisons(
-                project, filler, priority=priority, query_strategy=QueryStrategy.RANDOM
+                project, filler, priority=options.priority, query_strategy=QueryStrategy.RANDOM
             )
     else:
         chosen = _select(candidates, budget, used, rewards, rng)
-        result.items += QueueItem.objects.enqueue_comparisons(project, chosen, priority=priority, query_strategy=used)
+        result.items += QueueItem.objects.enqueue_comparisons(
+            project, chosen, priority=options.priority, query_strategy=used
+        )
     return result
 
 
 def queue_step_reviews(
-    project: Project,
-    trajectories: Sequence[Trajectory],
-    budget: int,
-    *,
-    strategy: str | None = None,
-    scorer: Scorer | None = None,
-    rng: random.Random | None = None,
-    priority: int = 0,
-    log: Callable[[str], None] | None = None,
-    scores: dict[int, list[float]] | None = None,
+    project: Project, trajectories: Sequence[Trajectory], budget: int, options: SelectionOptions | None = None
 ) -> Queued:
     """Queue up to `budget` of `trajectories` for step labels. Under a reward-model strategy (disagreement,
-    uncertainty) the ones the reward model (or `scores`, as `queue_selection` reads them) scores lowest go first,
-    recorded as ``low_reward``: a poor trajectory most likely has a wrong step to mark. Otherwise, or without a
-    reward model, a random sample, recorded as ``random``. Trajectories already queued for step labels, or without
-    steps, are left out."""
-    strategy = strategy or project.query_strategy
-    rng = rng or random.Random(0)
+    uncertainty) the ones the reward model (or the `scores` in `options`, as `queue_selection` reads them) scores
+    lowest go first, recorded as ``low_reward``: a poor trajectory most likely has a wrong step to mark. Otherwise,
+    or without a reward model, a random sample, recorded as ``random``. Trajectories already queued for step labels,
+    or without steps, are left out."""
+    options = options or SelectionOptions()
+    strategy = options.strategy or project.query_strategy
+    rng = options.rng or random.Random(0)
     result = Queued()
     if budget <= 0:
         return result
@@ -325,36 +331,37 @@ def queue_step_reviews(
     candidates = [t for t in unique if t.num_steps and t.pk not in queued]
     rewards = None
     if strategy in NEEDS_REWARD_MODEL:
-        rewards = _rewards(project, candidates, scorer, scores)
+        rewards = _rewards(project, candidates, options)
         if rewards is None:
-            line = f"the project has no reward model yet: step-label items are a random sample, not {LOW_REWARD}"
-            result.notes.append(line)
-            (log or logger.info)(line)
+            result.note(
+                f"the project has no reward model yet: step-label items are a random sample, not {LOW_REWARD}", options
+            )
     if rewards is not None and candidates:
         mean = {pk: statistics.fmean(values) for pk, values in rewards.items()}
         chosen = sorted(candidates, key=lambda t: mean[t.pk])[:budget]
         result.items += QueueItem.objects.enqueue_trajectories(
-            project, chosen, priority=priority, query_strategy=LOW_REWARD
+            project, chosen, priority=options.priority, query_strategy=LOW_REWARD
         )
     else:
         chosen = rng.sample(candidates, min(budget, len(candidates)))
         result.items += QueueItem.objects.enqueue_trajectories(
-            project, chosen, priority=priority, query_strategy=QueryStrategy.RANDOM
+            project, chosen, priority=options.priority, query_strategy=QueryStrategy.RANDOM
         )
     return result
 
 
 def _rewards(
-    project: Project, trajectories: Sequence[Trajectory], scorer: Scorer | None, scores: dict[int, list[float]] | None
+    project: Project, trajectories: Sequence[Trajectory], options: SelectionOptions
 ) -> dict[int, list[float]] | None:
-    """Each trajectory's member rewards: read from `scores` where given (computed beforehand), else from `scorer` or
-    the project's newest reward model; None when the project has none."""
+    """Each trajectory's member rewards: read from the options' `scores` where given (computed beforehand), else from
+    their `scorer` or the project's newest reward model; None when the project has none."""
+    scores = options.scores
     if scores is not None:
         missing = sorted({t.pk for t in trajectories} - set(scores))
         if missing:
             raise ValueError(f"scores: no member rewards for trajectories {missing[:5]}")
         return {t.pk: scores[t.pk] for t in trajectories}
-    scorer = scorer or newest_reward_model(project)
+    scorer = options.scorer or newest_reward_model(project)
     return None if scorer is None else member_rewards(trajectories, scorer)
 
 

@@ -4,7 +4,8 @@ role gets 403."""
 
 from __future__ import annotations
 
-from rest_framework import serializers, status
+from django.db.models import Model, QuerySet
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.exceptions import APIException
 from rest_framework.permissions import SAFE_METHODS
 
@@ -64,6 +65,22 @@ class ProjectScopedMixin(ThrottleAfterAccessMixin):
         if not self.is_schema_view:
             context.update(project=self.project, membership=self.membership)
         return context
+
+    def project_rows(self, model: type[Model]) -> QuerySet:
+        """`model`'s rows in this view's project; none for the schema view, which has no project."""
+        if self.is_schema_view:
+            return model.objects.none()
+        return model.objects.filter(project=self.project)
+
+
+class ProjectListCreateViewSet(
+    ProjectScopedMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """A project's rows, listed, read one at a time and created; never changed or deleted through the API."""
 
 
 class HiddenFieldsMixin:

@@ -20,24 +20,10 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from feedback_app import exports
 from feedback_app.access import MANAGER_ROLES, get_project_for_role
 from feedback_app.api.base import ThrottleAfterAccessMixin
 from feedback_app.api.schema import ErrorSerializer, ValidationErrorSerializer
-from feedback_app.exports import (
-    MEDIA_TYPES,
-    Aggregation,
-    ExportFilters,
-    ExportFormat,
-    ExportKind,
-    ExportRequestError,
-    Interventions,
-    Neutral,
-    Style,
-    Ties,
-    create_snapshot,
-    export_chunks,
-    snapshot_format,
-)
 from feedback_app.exports.filters import parse_format, parse_kind
 from feedback_app.models import DatasetSnapshot
 
@@ -51,7 +37,7 @@ class ExportNegotiation(DefaultContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
-def _invalid(exc: ExportRequestError) -> ValidationError:
+def _invalid(exc: exports.ExportRequestError) -> ValidationError:
     return ValidationError({name: [reason] for name, reason in exc.errors.items()})
 
 
@@ -62,6 +48,8 @@ STREAMED = OpenApiResponse(
     description="The export, streamed: JSON Lines (one row per line) or a Parquet file; `Content-Disposition` names "
     "it. The columns of each kind are listed in the docs' REST API and exports page (docs/data.md).",
 )
+# An export's or a snapshot's file: JSON Lines or Parquet.
+FILE_MEDIA_TYPES = tuple(exports.MEDIA_TYPES.values())
 INVALID = OpenApiResponse(ValidationErrorSerializer, description="A bad filter or kind; each bad field is named.")
 FORBIDDEN = OpenApiResponse(ErrorSerializer, description="Only researchers and admins of the project may export.")
 NOT_FOUND = OpenApiResponse(ErrorSerializer, description="No such project (or snapshot) among the caller's projects.")
@@ -106,35 +94,35 @@ FILTER_PARAMETERS = [
     OpenApiParameter("exclude_gold", OpenApiTypes.BOOL, description="Leave out labels of gold items. Not `returns`."),
     OpenApiParameter(
         "aggregate",
-        enum=_choices(Aggregation),
-        default=Aggregation.MAJORITY.value,
+        enum=_choices(exports.Aggregation),
+        default=exports.Aggregation.MAJORITY.value,
         description="Several annotators of one item: majority (a tied vote gives no row), drop (only unanimous "
         "items) or all (one row per label).",
     ),
     OpenApiParameter(
         "neutral",
-        enum=_choices(Neutral),
-        default=Neutral.DROP.value,
+        enum=_choices(exports.Neutral),
+        default=exports.Neutral.DROP.value,
         description="stepwise only: drop 0 step labels or count them as positive or negative.",
     ),
     OpenApiParameter(
         "style",
-        enum=_choices(Style),
-        default=Style.CONVERSATIONAL.value,
+        enum=_choices(exports.Style),
+        default=exports.Style.CONVERSATIONAL.value,
         description="Chat messages or plain-text transcripts (preference, step_preference, unpaired, critiques).",
     ),
     OpenApiParameter(
         "ties",
-        enum=_choices(Ties),
-        default=Ties.DROP.value,
+        enum=_choices(exports.Ties),
+        default=exports.Ties.DROP.value,
         description="preference and step_preference only: drop tie verdicts, or include them as rows with "
         "`tie: true` (the pair in canonical order, margin 0). With include, every row has the boolean `tie` column; "
         "with drop, no row has it. Both-bad verdicts never make a row.",
     ),
     OpenApiParameter(
         "interventions",
-        enum=_choices(Interventions),
-        default=Interventions.INCLUDE.value,
+        enum=_choices(exports.Interventions),
+        default=exports.Interventions.INCLUDE.value,
         description="stepwise only: also export the step labels each intervention implies (steps before the "
         "intervened one accepted, the intervened one rejected), as separate rows with `source: intervention` after "
         "the rows of human step labels (`source: label`), or leave them out.",
@@ -159,12 +147,12 @@ class ExportView(ThrottleAfterAccessMixin, APIView):
         "`rewards` or null when none were recorded, `success`, trajectory_id, task_id, policy_version_id). Only "
         "current label revisions count, except in `raw`.",
         parameters=[
-            OpenApiParameter("kind", str, OpenApiParameter.PATH, enum=_choices(ExportKind)),
-            OpenApiParameter("format", enum=_choices(ExportFormat), default=ExportFormat.JSONL.value),
+            OpenApiParameter("kind", str, OpenApiParameter.PATH, enum=_choices(exports.ExportKind)),
+            OpenApiParameter("format", enum=_choices(exports.ExportFormat), default=exports.ExportFormat.JSONL.value),
             *FILTER_PARAMETERS,
         ],
         responses={
-            (200, MEDIA_TYPES[ExportFormat.JSONL], MEDIA_TYPES[ExportFormat.PARQUET]): STREAMED,
+            (200, *FILE_MEDIA_TYPES): STREAMED,
             400: INVALID,
             403: FORBIDDEN,
             404: NOT_FOUND,
@@ -176,12 +164,12 @@ class ExportView(ThrottleAfterAccessMixin, APIView):
         try:
             export_kind = parse_kind(kind)
             fmt = parse_format(request.query_params.get("format"))
-            filters = ExportFilters.from_query(request.query_params, other_names=["format"])
+            filters = exports.ExportFilters.from_query(request.query_params, other_names=["format"])
             filters.check_kind(export_kind)
-        except ExportRequestError as exc:
+        except exports.ExportRequestError as exc:
             raise _invalid(exc) from None
         response = StreamingHttpResponse(
-            export_chunks(project, export_kind, filters, fmt), content_type=MEDIA_TYPES[fmt]
+            exports.export_chunks(project, export_kind, filters, fmt), content_type=exports.MEDIA_TYPES[fmt]
         )
         response["Content-Disposition"] = f'attachment; filename="{project.slug}-{export_kind}.{fmt}"'
         return response
@@ -213,7 +201,7 @@ class SnapshotSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_format(self, snapshot: DatasetSnapshot) -> str:
-        return snapshot_format(snapshot).value
+        return exports.snapshot_format(snapshot).value
 
     def get_download_url(self, snapshot: DatasetSnapshot) -> str:
         return reverse("api-snapshot-download", args=[snapshot.pk])
@@ -228,16 +216,16 @@ class SnapshotDetailSerializer(SnapshotSerializer):
 
 class SnapshotCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=DatasetSnapshot._meta.get_field("name").max_length)
-    export_kind = serializers.ChoiceField(choices=_choices(ExportKind))
-    format = serializers.ChoiceField(choices=_choices(ExportFormat), default=ExportFormat.JSONL.value)
+    export_kind = serializers.ChoiceField(choices=_choices(exports.ExportKind))
+    format = serializers.ChoiceField(choices=_choices(exports.ExportFormat), default=exports.ExportFormat.JSONL.value)
     filters = serializers.DictField(
         required=False, default=dict, help_text="The export's filters, as in the query string of the export endpoint."
     )
 
-    def validate_filters(self, value: dict) -> ExportFilters:
+    def validate_filters(self, value: dict) -> exports.ExportFilters:
         try:
-            return ExportFilters.from_query(value)
-        except ExportRequestError as exc:
+            return exports.ExportFilters.from_query(value)
+        except exports.ExportRequestError as exc:
             raise serializers.ValidationError(exc.errors) from None
 
 
@@ -275,10 +263,10 @@ class SnapshotListView(ThrottleAfterAccessMixin, generics.GenericAPIView):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         try:
-            snapshot = create_snapshot(
+            snapshot = exports.create_snapshot(
                 project, data["export_kind"], data["filters"], user=request.user, name=data["name"], fmt=data["format"]
             )
-        except ExportRequestError as exc:
+        except exports.ExportRequestError as exc:
             # Filters that do not suit the kind are filter errors; a taken name is the name's.
             errors = {name: [reason] for name, reason in exc.errors.items() if name == "name"}
             nested = {name: [reason] for name, reason in exc.errors.items() if name != "name"}
@@ -315,7 +303,7 @@ class SnapshotDownloadView(ThrottleAfterAccessMixin, APIView):
         description="Its SHA-256 equals the snapshot's `content_hash`, which is also sent as the ETag and in "
         "`Repr-Digest`.",
         responses={
-            (200, MEDIA_TYPES[ExportFormat.JSONL], MEDIA_TYPES[ExportFormat.PARQUET]): OpenApiResponse(
+            (200, *FILE_MEDIA_TYPES): OpenApiResponse(
                 OpenApiTypes.BINARY, description="The file as it was written when the snapshot was made."
             ),
             403: FORBIDDEN,
@@ -332,7 +320,7 @@ class SnapshotDownloadView(ThrottleAfterAccessMixin, APIView):
             stream,
             as_attachment=True,
             filename=Path(snapshot.path).name,
-            content_type=MEDIA_TYPES[snapshot_format(snapshot)],
+            content_type=exports.MEDIA_TYPES[exports.snapshot_format(snapshot)],
         )
         response["ETag"] = f'"{snapshot.content_hash}"'
         digest = base64.b64encode(bytes.fromhex(snapshot.content_hash)).decode()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema, extend_schema_view
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from feedback_app.access import MANAGER_ROLES
-from feedback_app.api.base import Conflict, ProjectScopedMixin
+from feedback_app.api.base import Conflict, ProjectListCreateViewSet, ProjectScopedMixin
 from feedback_app.api.filtering import TandemFilterSet
 from feedback_app.api.schema import ErrorSerializer, ValidationErrorSerializer
 from feedback_app.api.serializers.runs import (
@@ -91,21 +91,13 @@ class TrainingRunFilter(TandemFilterSet):
         },
     ),
 )
-class TrainingRunViewSet(
-    ProjectScopedMixin,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.CreateModelMixin,
-    viewsets.GenericViewSet,
-):
+class TrainingRunViewSet(ProjectListCreateViewSet):
     read_roles = MANAGER_ROLES
     serializer_class = TrainingRunSerializer
     filterset_class = TrainingRunFilter
 
     def get_queryset(self):
-        if self.is_schema_view:
-            return TrainingRun.objects.none()
-        return TrainingRun.objects.filter(project=self.project).select_related("created_by")
+        return self.project_rows(TrainingRun).select_related("created_by")
 
     def create(self, request, *args, **kwargs) -> Response:
         kind = request.data.get("kind", "rollout")
@@ -169,21 +161,13 @@ class EvaluationFilter(TandemFilterSet):
     retrieve=extend_schema(summary="One evaluation figure"),
     create=extend_schema(summary="Record an evaluation figure, e.g. from your own harness (researchers and admins)"),
 )
-class EvaluationViewSet(
-    ProjectScopedMixin,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.CreateModelMixin,
-    viewsets.GenericViewSet,
-):
+class EvaluationViewSet(ProjectListCreateViewSet):
     read_roles = MANAGER_ROLES
     serializer_class = EvaluationSerializer
     filterset_class = EvaluationFilter
 
     def get_queryset(self):
-        if self.is_schema_view:
-            return Evaluation.objects.none()
-        return Evaluation.objects.filter(project=self.project)
+        return self.project_rows(Evaluation)
 
     def perform_create(self, serializer) -> None:
         serializer.save(project=self.project)
@@ -205,6 +189,4 @@ class RegisteredModelViewSet(ProjectScopedMixin, viewsets.ReadOnlyModelViewSet):
     filterset_class = RegisteredModelFilter
 
     def get_queryset(self):
-        if self.is_schema_view:
-            return RegisteredModel.objects.none()
-        return RegisteredModel.objects.filter(project=self.project).prefetch_related("inputs")
+        return self.project_rows(RegisteredModel).prefetch_related("inputs")

@@ -18,6 +18,7 @@ from training.rollouts import RolloutConfig, create_rollout_run, run_rollout
 from training.runs import execute_run
 from training.selection import (
     LOW_REWARD,
+    SelectionOptions,
     candidate_pairs,
     member_rewards,
     newest_reward_model,
@@ -138,7 +139,7 @@ def test_a_one_member_reward_model_ranks_disagreement_by_uncertainty_and_records
     t = {tag: tagged(tag) for tag in ("x", "y", "z")}
     scorer = StubEnsemble({"x": [0.0], "y": [0.05], "z": [4.0]})
 
-    result = queue_selection(project, list(t.values()), 1, scorer=scorer)
+    result = queue_selection(project, list(t.values()), 1, SelectionOptions(scorer=scorer))
 
     assert [(i.trajectory_id, i.other_trajectory_id) for i in result.items] == ids([(t["x"], t["y"])])
     assert result.by_strategy() == {"uncertainty": 1}
@@ -236,7 +237,8 @@ def test_without_a_reward_model_disagreement_falls_back_to_random_and_says_so(pr
     RegisteredModel.objects.create(project=project, name="broken", kind="reward_model", path="/nowhere", run=failed)
     assert newest_reward_model(project) is None, "a registered model of a run that did not succeed is not used"
 
-    items = queue_selection(project, [tagged("a"), tagged("b"), tagged("c")], 2, log=lines.append).items
+    trajectories = [tagged("a"), tagged("b"), tagged("c")]
+    items = queue_selection(project, trajectories, 2, SelectionOptions(log=lines.append)).items
 
     assert len(items) == 2 and {item.query_strategy for item in items} == {"random"}
     assert lines == ["the project has no reward model yet: disagreement selection fell back to random"]
@@ -248,7 +250,7 @@ def test_a_label_on_a_disagreement_item_records_disagreement(project, tagged, an
     project.gold_fraction = 0.0
     project.save()
     scorer = StubEnsemble({"a": [1.0, -1.0], "b": [0.0, 0.0]})
-    (item,) = queue_selection(project, [tagged("a"), tagged("b")], 1, scorer=scorer).items
+    (item,) = queue_selection(project, [tagged("a"), tagged("b")], 1, SelectionOptions(scorer=scorer)).items
     assert item.query_strategy == "disagreement"
 
     assignment = next_assignment(annotator, project)
@@ -264,7 +266,7 @@ def test_a_label_through_the_api_on_a_disagreement_item_records_disagreement(pro
     project.overlap, project.gold_fraction = 1, 0.0
     project.save()
     scorer = StubEnsemble({"a": [1.0, -1.0], "b": [0.0, 0.0]})
-    queue_selection(project, [tagged("a"), tagged("b")], 1, strategy="disagreement", scorer=scorer)
+    queue_selection(project, [tagged("a"), tagged("b")], 1, SelectionOptions(strategy="disagreement", scorer=scorer))
     assignment = next_assignment(annotator, project)
     client = APIClient()
     client.force_login(annotator)
@@ -288,11 +290,11 @@ def test_step_labels_go_to_the_lowest_scored_trajectories_under_a_reward_model_s
     t = {tag: tagged(tag) for tag in ("good", "bad", "worse", "fine")}
     scorer = StubEnsemble({"good": [2.0, 2.2], "bad": [-1.0, -0.5], "worse": [-3.0, -2.0], "fine": [0.5, 0.4]})
 
-    result = queue_step_reviews(project, list(t.values()), 2, strategy="uncertainty", scorer=scorer)
+    result = queue_step_reviews(project, list(t.values()), 2, SelectionOptions(strategy="uncertainty", scorer=scorer))
 
     assert {item.trajectory_id for item in result.items} == {t["bad"].pk, t["worse"].pk}
     assert result.by_strategy() == {LOW_REWARD: 2}
-    again = queue_step_reviews(project, list(t.values()), 2, strategy="random")
+    again = queue_step_reviews(project, list(t.values()), 2, SelectionOptions(strategy="random"))
     assert {item.trajectory_id for item in again.items} == {t["good"].pk, t["fine"].pk}, "queued ones are skipped"
     assert again.by_strategy() == {"random": 2}
 

@@ -4,20 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from feedback_app.exports import (
-    Aggregation,
-    ExportFilters,
-    ExportFormat,
-    ExportKind,
-    ExportRequestError,
-    Interventions,
-    Neutral,
-    RowTally,
-    Style,
-    Ties,
-    create_snapshot,
-    export_chunks,
-)
+from feedback_app import exports
 from feedback_app.models import Project
 
 FILTER_OPTIONS = (
@@ -42,8 +29,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("project", help="Project id or slug.")
-        parser.add_argument("kind", choices=[kind.value for kind in ExportKind])
-        parser.add_argument("--format", dest="fmt", choices=[f.value for f in ExportFormat], default="jsonl")
+        parser.add_argument("kind", choices=[kind.value for kind in exports.ExportKind])
+        parser.add_argument("--format", dest="fmt", choices=[f.value for f in exports.ExportFormat], default="jsonl")
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument("--out", type=Path, help="File to write.")
         target.add_argument("--snapshot", metavar="NAME", help="Store a DatasetSnapshot with this name instead.")
@@ -53,12 +40,16 @@ class Command(BaseCommand):
         parser.add_argument("--policy-versions", help="Comma-separated policy version ids.")
         parser.add_argument("--min-agreement", help="0 to 1.")
         parser.add_argument("--exclude-gold", action="store_true")
-        parser.add_argument("--aggregate", choices=[a.value for a in Aggregation])
-        parser.add_argument("--neutral", choices=[n.value for n in Neutral])
-        parser.add_argument("--style", choices=[s.value for s in Style])
-        parser.add_argument("--ties", choices=[t.value for t in Ties], help="preference/step_preference: tie rows.")
+        parser.add_argument("--aggregate", choices=[a.value for a in exports.Aggregation])
+        parser.add_argument("--neutral", choices=[n.value for n in exports.Neutral])
+        parser.add_argument("--style", choices=[s.value for s in exports.Style])
         parser.add_argument(
-            "--interventions", choices=[i.value for i in Interventions], help="stepwise: intervention-derived rows."
+            "--ties", choices=[t.value for t in exports.Ties], help="preference/step_preference: tie rows."
+        )
+        parser.add_argument(
+            "--interventions",
+            choices=[i.value for i in exports.Interventions],
+            help="stepwise: intervention-derived rows.",
         )
 
     def handle(self, *args, project: str, kind: str, fmt: str, out: Path | None, snapshot: str | None, **options):
@@ -71,24 +62,26 @@ class Command(BaseCommand):
         if options["exclude_gold"]:
             query["exclude_gold"] = "true"
         try:
-            filters = ExportFilters.from_query(query)
-            filters.check_kind(ExportKind(kind))
+            filters = exports.ExportFilters.from_query(query)
+            filters.check_kind(exports.ExportKind(kind))
             if snapshot is not None:
-                frozen = create_snapshot(target, kind, filters, user=None, name=snapshot, fmt=fmt)
+                frozen = exports.create_snapshot(target, kind, filters, user=None, name=snapshot, fmt=fmt)
                 self.stdout.write(
                     self.style.SUCCESS(
                         f"Snapshot {frozen.pk} {frozen.name!r}: {frozen.row_count} rows, sha256 {frozen.content_hash}"
                     )
                 )
                 return
-        except ExportRequestError as exc:
+        except exports.ExportRequestError as exc:
             raise CommandError(str(exc)) from None
-        tally = RowTally()
+        tally = exports.RowTally()
         # Written beside the target and renamed at the end, so a failed export never leaves half a file at `out`.
         partial = out.with_name(out.name + ".part")
         try:
             with partial.open("wb") as stream:
-                for chunk in export_chunks(target, ExportKind(kind), filters, ExportFormat(fmt), tally):
+                for chunk in exports.export_chunks(
+                    target, exports.ExportKind(kind), filters, exports.ExportFormat(fmt), tally
+                ):
                     stream.write(chunk)
             partial.replace(out)
         finally:
