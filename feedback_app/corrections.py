@@ -56,7 +56,7 @@ def legal_actions_at(trajectory: Trajectory, step_index: int) -> list[str]:
 def validate_correction(
     trajectory: Trajectory, step_index: int, corrected: Message | str, takeover: Sequence[Message | str] = ()
 ) -> list[StepResult]:
-    """Raise ValidationError (keyed as `replay_correction`'s) unless the annotator's turns at `step_index` (0-based)
+    """Raise ValidationError (keyed as `replay_turns`'s) unless the annotator's turns at `step_index` (0-based)
     and after it can be played in the environment; else the environment's results, one per turn. A turn is an
     assistant message or an action picked from the legal ones (`turn_message`)."""
     if not isinstance(takeover, list | tuple) or not all(isinstance(turn, str | dict) for turn in takeover):

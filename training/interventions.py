@@ -116,7 +116,8 @@ def _continue(intervention_id: int) -> int:
     try:
         task = trajectory.task.reset_spec()
     except NotReplayable as exc:
-        raise InterventionError(" ".join(exc.messages)) from exc
+        reasons = (f"{field}: {' '.join(messages)}" for field, messages in exc.message_dict.items())
+        raise InterventionError("; ".join(reasons)) from exc
     try:
         results = replay_correction(env, task, prefix[:branch], human[0], human[1:], trajectory.tools or None)
     except CorrectionError as exc:

@@ -365,7 +365,7 @@ def record_reward_model_scores(
     if judge is None or not new or not old:
         return {}
     model = load_reward_model(judge.path)
-    conversations = Trajectory.objects.filter(pk__in=[t.pk for t in [*new, *old]]).conversations()
+    conversations = Trajectory.objects.conversations([t.pk for t in [*new, *old]])
     figures: dict[str, float] = {}
     evaluations = []
     for policy, trajectories in ((version, new), (parent, old)):

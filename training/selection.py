@@ -12,7 +12,7 @@ out: the `preference` export drops such pairs, so a label on one would never be 
   newest version's pairs first, spread over the tasks (the i-th pair of every task before the (i + 1)-th of any).
 
 Both reward-model strategies read the trajectories exactly as the reward model was trained on them: the `preference`
-export's conversation (`feedback_app.exports.conversation`), the instruction and first observation as the prompt and
+export's conversation (`Trajectory.objects.conversations`), the instruction and first observation as the prompt and
 the rest as the completion, as review rollouts (`training.rollouts`) and PPO's reward side score them too.
 
 `queue_selection` is what the queue uses. It records on every item the strategy that really chose it: without a
@@ -85,7 +85,7 @@ def member_rewards(trajectories: Sequence[Trajectory], scorer: Scorer) -> dict[i
     ids = list(dict.fromkeys(t.pk for t in trajectories))
     if not ids:
         return {}
-    conversations = Trajectory.objects.filter(pk__in=ids).conversations()
+    conversations = Trajectory.objects.conversations(ids)
     messages = [conversations[pk] for pk in ids]
     per_member = scorer.member_rewards([m[:2] for m in messages], [m[2:] for m in messages])
     return {pk: [rewards[index] for rewards in per_member] for index, pk in enumerate(ids)}

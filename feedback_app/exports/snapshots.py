@@ -2,8 +2,8 @@
 made from and the SHA-256 of its bytes, so a training run cites exactly what it trained on and anyone can fetch
 the same bytes again.
 
-Training reads a snapshot through its model's `DatasetSnapshot.file` (a path for ``datasets.load_dataset``) or
-`read_snapshot_rows` here, and checks it with `DatasetSnapshot.verify`::
+Training reads a snapshot's file through its model, `DatasetSnapshot.file` (a path for ``datasets.load_dataset``),
+and checks it with `DatasetSnapshot.verify`; `read_snapshot_rows` here streams its rows for other readers::
 
     builder = DATASETS_BUILDER[snapshot_format(snapshot)]
     dataset = datasets.load_dataset(builder, data_files=str(snapshot.file), split="train")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -166,17 +167,28 @@ class TrajectorySource(models.TextChoices):
     IMPORT = "import", "Imported"
 
 
+# Trajectories per query when reading conversations: well under PostgreSQL's 65,535 bind parameters, however many
+# trajectories a caller asks for.
+CONVERSATIONS_PER_QUERY = 10_000
+
+
 class TrajectoryQuerySet(models.QuerySet):
-    def conversations(self) -> dict[int, list[Message]]:
-        """Each trajectory's chat messages by id (`reward_models.conversation`: the prompt, then every step's
-        assistant message and the replies that came back), in two queries. Exports fetch theirs in bulk through
-        `feedback_app.exports.conversation`, which keeps each message's JSON as well."""
-        prompts = dict(self.values_list("id", "prompt"))
-        steps: dict[int, list[StepTurn]] = {pk: [] for pk in prompts}
-        rows = Step.objects.filter(trajectory_id__in=list(prompts)).order_by("trajectory_id", "index")
-        for trajectory_id, message, replies in rows.values_list("trajectory_id", "message", "replies"):
-            steps[trajectory_id].append(StepTurn(message, replies))
-        return {pk: trajectory_messages(prompt, steps[pk]) for pk, prompt in prompts.items()}
+    def conversations(self, ids: Iterable[int]) -> dict[int, list[Message]]:
+        """The chat messages of the trajectories `ids` among these, by id (`reward_models.conversation`: the prompt,
+        then every step's assistant message and the replies that came back), two queries per
+        `CONVERSATIONS_PER_QUERY` trajectories. Exports fetch theirs through `feedback_app.exports.conversation`,
+        which also keeps each message's JSON."""
+        wanted = list(dict.fromkeys(ids))
+        found: dict[int, list[Message]] = {}
+        for start in range(0, len(wanted), CONVERSATIONS_PER_QUERY):
+            chunk = wanted[start : start + CONVERSATIONS_PER_QUERY]
+            prompts = dict(self.filter(pk__in=chunk).order_by().values_list("id", "prompt"))
+            steps: dict[int, list[StepTurn]] = {pk: [] for pk in prompts}
+            rows = Step.objects.filter(trajectory_id__in=list(prompts)).order_by("trajectory_id", "index")
+            for trajectory_id, message, replies in rows.values_list("trajectory_id", "message", "replies"):
+                steps[trajectory_id].append(StepTurn(message, replies))
+            found.update({pk: trajectory_messages(prompt, steps[pk]) for pk, prompt in prompts.items()})
+        return found
 
 
 class Trajectory(models.Model):

@@ -3,7 +3,7 @@
 Each call names one of the task's tools, picked from a list, and its arguments are typed one field per property of
 the tool's JSON schema: text, a number, true or false, one of an enum's values, or JSON for lists and objects. The
 posted fields become one OpenAI-style assistant message (`turn_message`); a value that does not read as its type is
-an error beside its field before anything is checked, and the schema's own check (`feedback_app.corrections`)
+an error beside its field before anything is checked, and the schema's own check (`reward_models.envs.corrections`)
 names its field as ``tool_calls.<i>.arguments.<field>``, which lands beside the same field. A turn without calls is
 free text.
 

@@ -30,7 +30,7 @@ def require(condition: bool, field_name: str, reason: str) -> None:
         raise ConfigError(field_name, reason)
 
 
-def choice(default: str, choices: Sequence[str], help: str) -> Any:  # noqa: A002 - the dataclass metadata's name
+def choice(default: str, choices: Sequence[str], help: str) -> Any:
     """A setting that takes one of `choices`: the launch forms and command lines offer them (the field's
     ``choices`` metadata), and `check_choices` refuses any other value."""
     return field(default=default, metadata={"choices": tuple(choices), "help": help})

@@ -99,14 +99,18 @@ class JudgeStart:
     """How a judge's run begins. `finished` is the stored summary when `output_dir` already holds the finished model
     (the run returns it and reads nothing else); otherwise `precision` is the one the run trains in, `local` the
     config (of the judge's own class) with its base model resolved to a local directory, `rows` the training
-    data, checked, and `style` theirs (`rows_style`)."""
+    data, checked; `style` reads theirs (`rows_style`, which refuses a mix of text and conversational rows) for
+    the judges that encode a whole data set in one style."""
 
     reporter: Reporter
     finished: dict[str, Any] | None = None
     precision: str = ""
     local: Any = None
     rows: list[dict[str, Any]] = field(default_factory=list)
-    style: str = "text"
+
+    @property
+    def style(self) -> str:
+        return rows_style(self.rows)
 
 
 def start_judge(
@@ -118,12 +122,12 @@ def start_judge(
 ) -> JudgeStart:
     """The first steps every judge's `main` takes, cheapest first: a model already finished in `output_dir` is
     returned as it is; then the precision is resolved (one this machine cannot train in is refused), the base model
-    is found locally, and the rows are read and checked with `problems` (text and conversational rows never mixed),
-    so that a bad setting, a missing model or a malformed row stops the run before any training."""
+    is found locally, and the rows are read and checked with `problems`, so that a bad setting, a missing model or
+    a malformed row stops the run before any training."""
     reporter = reporter or SilentReporter()
     if (finished := finished_model(config, kind, reporter, noun)) is not None:
         return JudgeStart(reporter, finished=finished)
     precision = resolve_precision(config.precision)
     local = with_local_base(config)  # a hub id read from the local cache
     rows = checked_rows(config, problems)
-    return JudgeStart(reporter, precision=precision, local=local, rows=rows, style=rows_style(rows))
+    return JudgeStart(reporter, precision=precision, local=local, rows=rows)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from feedback_app.models import Intervention, PolicyVersion, Step, Trajectory
+from feedback_app.models import Intervention, PolicyVersion, Step, Task, Trajectory
 from reward_models.envs.gridworld import ACTIONS, GridWorld
 from tests.feedback_app.labels import stored_intervention
 from tests.trajectories import save_steps
@@ -114,6 +114,18 @@ def test_an_illegal_takeover_action_fails_with_a_clear_error(annotator, oracle, 
     assert intervention.status == "failed" and intervention.child_trajectory is None
     assert intervention.error == "takeover_actions: step 4: 'jump' is not a legal action; legal: up, down, left, right"
     assert not Trajectory.objects.filter(parent=trajectory).exists()
+
+
+def test_a_task_without_seed_or_spec_fails_the_continuation_and_says_so(annotator, oracle, make_rollout, tiny_policy):
+    trajectory = make_rollout(_wander(oracle, 2), tiny_policy)
+    intervention = _intervene(annotator, trajectory, 0, oracle.best_actions([])[0])
+    Task.objects.filter(pk=trajectory.task_id).update(seed=None, spec={})  # as an import without either stores it
+
+    assert continue_intervention(intervention.pk) is None
+
+    intervention.refresh_from_db()
+    assert intervention.status == "failed" and intervention.child_trajectory is None
+    assert intervention.error.startswith("trajectory: This trajectory was imported without its task's seed or spec")
 
 
 def test_without_a_runnable_policy_it_fails_and_says_why(annotator, oracle, make_rollout, external_policy):

@@ -12,7 +12,8 @@ from feedback_app.imports import import_preference_stream
 from feedback_app.models import Evaluation, RegisteredModel, RunStatus, TrainingRun
 from simulation.episodes import scripted_episodes
 from simulation.oracle_data import preference_rows
-from training.judges import LaunchError, create_judge_run, run_judge
+from training.judges import create_judge_run, run_judge
+from training.launch_checks import LaunchError
 from training.runs import RunRecorder, execute_run
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("artifact_root")]

@@ -18,7 +18,7 @@ from feedback_app.models import (
     TrainingRun,
 )
 from feedback_app.models.trajectories import TaskSplit
-from training.judges import LaunchError
+from training.launch_checks import LaunchError
 from training.policy_runs import TRAINERS, create_policy_run, policy_config, run_policy_training
 from training.runs import RunRecorder, execute_run
 

@@ -57,6 +57,27 @@ def test_fetched_conversations_are_the_stored_turns_verbatim(project, external_p
     assert fetched[empty.pk].num_steps == 0
 
 
+def test_the_worker_reads_the_same_messages_from_the_model_however_many_queries_it_takes(
+    project, external_policy, monkeypatch
+):
+    from feedback_app.models import Trajectory, trajectories
+
+    calling = {"role": "assistant", "content": None, "tool_calls": [CALL]}
+    replies = [{"role": "tool", "tool_call_id": "call_0", "name": "search", "content": AWKWARD}]
+    stored = [
+        _store(project, external_policy, [{"role": "user", "content": f"task {n}"}], [(calling, replies, 0.0)] * n)
+        for n in range(5)
+    ]
+    ids = [t.pk for t in reversed(stored)] + [stored[0].pk]
+    monkeypatch.setattr(trajectories, "CONVERSATIONS_PER_QUERY", 2)
+
+    read = Trajectory.objects.conversations(ids)
+
+    assert sorted(read) == sorted(t.pk for t in stored)  # each once, across three queries
+    assert read == {pk: conversation.messages for pk, conversation in fetch_conversations(ids).items()}
+    assert read[stored[4].pk] == [{"role": "user", "content": "task 4"}, *[calling, *replies] * 4]
+
+
 def test_shared_steps_count_the_turns_two_branches_agree_on():
     prompt = [{"role": "system", "content": "s"}, {"role": "user", "content": "o0"}]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from feedback_app.launch_forms.forms import LAUNCH_KINDS, config_from_form, run_form
-from training.judges import LaunchError
+from training.launch import LaunchError
 
 
 def setting(kind: str, name: str):
