@@ -235,7 +235,7 @@ def _shuffled_batches(count: int, batch_size: int, seed: int) -> Iterator[Any]:
 
 
 @dataclass
-class TrainingRun:
+class TrainedSteps:
     """What `train_steps` did: the loss of every optimiser step it took, whether `max_seconds` cut the schedule
     short, and how many seconds training took."""
 
@@ -255,7 +255,7 @@ def train_steps(
     betas: tuple[float, float] = (0.9, 0.999),
     postfix: Callable[[int], dict[str, str]] = lambda step: {},
     after_step: Callable[[int], None] = lambda step: None,
-) -> TrainingRun:
+) -> TrainedSteps:
     """How a bootstrap trains its model: `config.max_train_steps` AdamW steps (peak learning rate `config.lr`,
     weight decay 0.01, `betas`) on the `warmup_cosine` schedule, each on the loss `step_loss(step)` gives, with the
     gradients clipped to norm 1, stopping early once `config.max_seconds` have passed since `started`. A progress
@@ -290,7 +290,7 @@ def train_steps(
         if progress is not None:
             progress(step + 1, config.max_train_steps)
     bar.close()
-    return TrainingRun(losses, stopped_by_time, time.monotonic() - train_started)
+    return TrainedSteps(losses, stopped_by_time, time.monotonic() - train_started)
 
 
 def write_metrics(output_dir: Path, config: Any, started: float, metrics: dict[str, Any]) -> dict[str, Any]:
